@@ -1,0 +1,3 @@
+"""Pingu: a self-hosted LLM agent daemon."""
+
+__version__ = "0.1.0"

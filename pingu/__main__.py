@@ -1,0 +1,3 @@
+from pingu.cli import main
+
+main()
