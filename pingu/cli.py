@@ -11,14 +11,14 @@ import importlib
 
 import click
 
-# command name -> "module:attribute" of a click command or group
-COMMANDS: dict[str, str] = {
-    "init": "pingu.config.cli:init_command",
-    "config": "pingu.config.cli:config_group",
-    "db": "pingu.store.cli:db_group",
-    "chat": "pingu.agent.cli:chat_command",
-    "usage": "pingu.agent.cli:usage_command",
-    "gateway": "pingu.daemon.cli:gateway_command",
+# command name -> ("module:attribute" of a click command or group, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("pingu.config.cli:init_command", "Write a starter config file."),
+    "config": ("pingu.config.cli:config_group", "Get, set and check configuration values."),
+    "db": ("pingu.store.cli:db_group", "Show and apply database migrations."),
+    "chat": ("pingu.agent.cli:chat_command", "Chat with an agent in the terminal."),
+    "usage": ("pingu.agent.cli:usage_command", "Token usage and cost totals."),
+    "gateway": ("pingu.daemon.cli:gateway_command", "Run the daemon: channels and HTTP API."),
 }
 
 
@@ -27,11 +27,17 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
             return None
-        module_name, attr = target.split(":")
+        module_name, attr = entry[0].split(":")
         return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Listing must not import every command module.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
