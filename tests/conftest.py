@@ -1,0 +1,3 @@
+"""Shared test setup. Fixture modules register themselves in `pytest_plugins`."""
+
+pytest_plugins: list[str] = []
