@@ -1,0 +1,148 @@
+"""The inbound update ledger and each chat's current session: `db.inbound`.
+
+A channel records an update before it acts on it (`accept`), notes what it has sent
+(`set_reply_message`, `set_chunks_sent`) and closes it (`mark_done`); after a restart,
+`unfinished` lists what still has to be finished, in update order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pingu.store._time import now_ms
+
+if TYPE_CHECKING:
+    from pingu.store.db import Database
+
+FINAL_STATUSES = ("done", "failed", "ignored")
+_NUMBERED = re.compile(r"^(?P<base>.*)#(?P<n>\d+)$")
+
+
+@dataclass(frozen=True)
+class InboundRow:
+    channel: str
+    update_id: int
+    chat_key: str
+    payload: dict[str, Any]
+    status: str  # pending, done, failed, ignored
+    reply_message_id: int | None
+    chunks_sent: int
+    attempts: int
+    created_at: int  # Unix ms
+    updated_at: int  # Unix ms
+
+    @property
+    def ref(self) -> str:
+        """The turn's `inbound_ref`: '{channel}:{update_id}'."""
+        return f"{self.channel}:{self.update_id}"
+
+
+def _row(row: Any) -> InboundRow:
+    channel, update_id, chat_key, payload, status, reply, chunks, attempts, created, updated = row
+    return InboundRow(
+        channel, update_id, chat_key, json.loads(payload), status, reply, chunks, attempts,
+        created, updated,
+    )  # fmt: skip
+
+
+class InboundRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._q = db.queries
+
+    async def _write(self, name: str, params: dict[str, Any]) -> int:
+        async with self._db.transaction() as conn:
+            cursor = await conn.execute(self._q.sql(name), params)
+            count = cursor.rowcount
+            await cursor.close()
+        return count
+
+    async def accept(
+        self, channel: str, update_id: int, chat_key: str, payload: dict[str, Any]
+    ) -> bool:
+        """Record a new update as pending; False if it was already recorded."""
+        params = {
+            "channel": channel,
+            "update_id": update_id,
+            "chat_key": chat_key,
+            "payload": json.dumps(payload, ensure_ascii=False),
+            "now": now_ms(),
+        }
+        return await self._write("inbound_accept", params) == 1
+
+    async def set_reply_message(self, channel: str, update_id: int, message_id: int) -> None:
+        params = {
+            "channel": channel,
+            "update_id": update_id,
+            "message_id": message_id,
+            "now": now_ms(),
+        }
+        await self._write("inbound_set_reply_message", params)
+
+    async def set_chunks_sent(self, channel: str, update_id: int, chunks_sent: int) -> None:
+        params = {
+            "channel": channel,
+            "update_id": update_id,
+            "chunks_sent": chunks_sent,
+            "now": now_ms(),
+        }
+        await self._write("inbound_set_chunks_sent", params)
+
+    async def add_attempt(self, channel: str, update_id: int) -> int:
+        """Count one more attempt at handling the update; return the new count."""
+        params = {"channel": channel, "update_id": update_id, "now": now_ms()}
+        async with self._db.transaction() as conn:
+            rows = await conn.execute_fetchall(self._q.sql("inbound_add_attempt"), params)
+        return int(rows[0][0]) if rows else 0
+
+    async def mark_done(self, channel: str, update_id: int, status: str = "done") -> None:
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"an update ends as one of {FINAL_STATUSES}, not {status!r}")
+        params = {"channel": channel, "update_id": update_id, "status": status, "now": now_ms()}
+        await self._write("inbound_mark_done", params)
+
+    async def get(self, channel: str, update_id: int) -> InboundRow | None:
+        rows = await self._db.read().execute_fetchall(
+            self._q.sql("inbound_get"), {"channel": channel, "update_id": update_id}
+        )
+        return _row(rows[0]) if rows else None
+
+    async def unfinished(self, channel: str) -> list[InboundRow]:
+        """Updates still pending, in update_id order."""
+        rows = await self._db.read().execute_fetchall(
+            self._q.sql("inbound_unfinished"), {"channel": channel}
+        )
+        return [_row(r) for r in rows]
+
+    async def max_update_id(self, channel: str) -> int | None:
+        rows = await self._db.read().execute_fetchall(
+            self._q.sql("inbound_max_update_id"), {"channel": channel}
+        )
+        return rows[0][0] if rows else None
+
+    async def current_session(self, chat_key: str) -> str:
+        """The session a chat talks to now: the chat_key itself until `/new` was used."""
+        rows = await self._db.read().execute_fetchall(
+            self._q.sql("inbound_current_session"), {"chat_key": chat_key}
+        )
+        return rows[0][0] if rows else chat_key
+
+    async def start_new_session(self, chat_key: str) -> str:
+        """Point the chat at a fresh session ('{chat_key}#2', '#3', ...); return its id.
+        The old session and its turns stay."""
+        async with self._db.transaction() as conn:
+            rows = await conn.execute_fetchall(
+                self._q.sql("inbound_current_session"), {"chat_key": chat_key}
+            )
+            current = rows[0][0] if rows else chat_key
+            match = _NUMBERED.match(current)
+            number = int(match.group("n")) + 1 if match and current != chat_key else 2
+            session_id = f"{chat_key}#{number}"
+            await conn.execute_fetchall(
+                self._q.sql("inbound_set_current_session"),
+                {"chat_key": chat_key, "session_id": session_id, "now": now_ms()},
+            )
+        return session_id

@@ -1,0 +1,190 @@
+"""The Database: pragmas, the single writer, transactions, and the small repositories."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pingu.store import Database, StoreError, UsageRecord, hash_api_key
+
+
+@pytest.fixture
+async def db(tmp_path: Path):
+    database = await Database.open(tmp_path / "pingu.db")
+    yield database
+    await database.close()
+
+
+async def _pragma(conn, name: str):
+    rows = await conn.execute_fetchall(f"PRAGMA {name}")
+    return rows[0][0]
+
+
+async def test_pragmas_on_both_connections(db: Database) -> None:
+    async with db.transaction() as writer:
+        assert await _pragma(writer, "foreign_keys") == 1
+        assert await _pragma(writer, "busy_timeout") == 5000
+        assert await _pragma(writer, "synchronous") == 1  # NORMAL
+    reader = db.read()
+    assert await _pragma(reader, "journal_mode") == "wal"
+    assert await _pragma(reader, "foreign_keys") == 1
+    assert await _pragma(reader, "busy_timeout") == 5000
+    assert (db.path.parent / "pingu.db-wal").exists()
+
+
+async def test_transaction_rolls_back_on_error(db: Database) -> None:
+    await db.history.ensure_session("s:1", "s")
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as conn:
+            await conn.execute_fetchall("UPDATE sessions SET title = 'changed' WHERE id = 's:1'")
+            raise RuntimeError("boom")
+    session = await db.history.get_session("s:1")
+    assert session is not None and session.title is None
+    # the writer is usable again
+    async with db.transaction() as conn:
+        await conn.execute_fetchall("UPDATE sessions SET title = 'ok' WHERE id = 's:1'")
+    assert (await db.history.get_session("s:1")).title == "ok"
+
+
+async def test_foreign_keys_are_enforced(db: Database) -> None:
+    with pytest.raises(sqlite3.IntegrityError):
+        async with db.transaction() as conn:
+            await conn.execute_fetchall(
+                "INSERT INTO agent_executions (id, session_id, agent_name, parent_id, status, "
+                "input, started_at) VALUES ('e1', 's', 'main', 'nobody', 'running', '{}', 0)"
+            )
+
+
+async def test_cancelled_writer_leaves_no_open_transaction(db: Database) -> None:
+    entered = asyncio.Event()
+
+    async def slow_write() -> None:
+        async with db.transaction() as conn:
+            await conn.execute_fetchall("INSERT INTO sessions (id, channel) VALUES ('c:1', 'c')")
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(slow_write())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await db.history.get_session("c:1") is None
+    await db.history.ensure_session("c:2", "c")
+    assert await db.history.get_session("c:2") is not None
+
+
+async def test_closed_database_refuses_work(tmp_path: Path) -> None:
+    database = await Database.open(tmp_path / "x.db")
+    await database.close()
+    await database.close()  # idempotent
+    with pytest.raises(StoreError):
+        async with database.transaction():
+            pass
+
+
+async def test_executions_lifecycle(db: Database) -> None:
+    parent = await db.executions.start("telegram:1", "main", {"message": "hi"}, None)
+    child = await db.executions.start("telegram:1:delegate:sys", "sys", {"task": "x"}, parent)
+    row = await db.executions.get(child)
+    assert row is not None
+    assert (row.status, row.parent_id, row.input, row.completed_at) == (
+        "running", parent, {"task": "x"}, None,
+    )  # fmt: skip
+    await db.executions.set_retrying(child, 2)
+    assert (await db.executions.get(child)).retry_count == 2
+    await db.executions.finish(parent, "completed", {"text": "done"}, None)
+    row = await db.executions.get(parent)
+    assert row.status == "completed" and row.output == {"text": "done"}
+    assert row.completed_at >= row.started_at
+
+    # a restart: whatever was still running is failed
+    assert await db.executions.mark_interrupted() == 1
+    row = await db.executions.get(child)
+    assert (row.status, row.error) == ("failed", "interrupted by restart")
+    assert [r.id for r in await db.executions.list_for_session("telegram:1")] == [parent]
+    with pytest.raises(ValueError):
+        await db.executions.finish(parent, "exploded")
+    assert await db.executions.get("missing") is None
+
+
+async def test_usage_totals(db: Database) -> None:
+    day1 = int(datetime(2026, 1, 1, 12, tzinfo=UTC).timestamp() * 1000)
+    day2 = int(datetime(2026, 1, 2, 12, tzinfo=UTC).timestamp() * 1000)
+    key_hash = hash_api_key("sk-secret")
+    records = [
+        UsageRecord("openai", "gpt-a", 100, 10, cached_input_tokens=40, session_id="s:1",
+                    agent_name="main", cost_estimate=0.5, api_key_hash=key_hash,
+                    created_at=day1),
+        UsageRecord("openai", "gpt-a", 200, 20, reasoning_tokens=5, session_id="s:2",
+                    agent_name="sys", cost_estimate=None, created_at=day2),
+        UsageRecord("openai", "gpt-b", 1, 2, total_tokens=3, session_id="s:1",
+                    agent_name="main", cost_estimate=0.25, created_at=day2),
+    ]  # fmt: skip
+    for record in records:
+        await db.usage.record(record)
+
+    by_model = {t.key: t for t in await db.usage.totals()}
+    assert set(by_model) == {"gpt-a", "gpt-b"}
+    a = by_model["gpt-a"]
+    assert (a.calls, a.input_tokens, a.cached_input_tokens, a.output_tokens) == (2, 300, 40, 30)
+    assert (a.reasoning_tokens, a.total_tokens, a.cost_estimate, a.unpriced_calls) == (
+        5, 330, 0.5, 1,
+    )  # fmt: skip
+
+    by_agent = {t.key: t.total_tokens for t in await db.usage.totals(by="agent")}
+    assert by_agent == {"main": 113, "sys": 220}
+    by_day = {t.key: t.calls for t in await db.usage.totals(group_by="day")}
+    assert by_day == {"2026-01-01": 1, "2026-01-02": 2}
+
+    session = await db.usage.totals(session_id="s:1", by="model")
+    assert [(t.key, t.calls) for t in session] == [("gpt-a", 1), ("gpt-b", 1)]
+    since = await db.usage.totals(since=datetime(2026, 1, 2, tzinfo=UTC))
+    assert [(t.key, t.calls) for t in since] == [("gpt-a", 1), ("gpt-b", 1)]
+    assert [t.cost_estimate for t in since] == [None, 0.25]
+    with pytest.raises(ValueError):
+        await db.usage.totals(by="week")  # type: ignore[arg-type]
+
+    # the key itself is nowhere in the database
+    raw = (db.path).read_bytes() + (db.path.parent / "pingu.db-wal").read_bytes()
+    assert b"sk-secret" not in raw
+
+
+async def test_inbound_ledger(db: Database) -> None:
+    assert await db.inbound.accept("telegram", 11, "telegram:5", {"update_id": 11}) is True
+    assert await db.inbound.accept("telegram", 11, "telegram:5", {"update_id": 11}) is False
+    assert await db.inbound.accept("telegram", 10, "telegram:5", {"update_id": 10}) is True
+    assert await db.inbound.accept("other", 10, "other:1", {}) is True
+    assert await db.inbound.max_update_id("telegram") == 11
+    assert await db.inbound.max_update_id("nothing") is None
+
+    await db.inbound.set_reply_message("telegram", 11, 777)
+    await db.inbound.set_chunks_sent("telegram", 11, 2)
+    assert await db.inbound.add_attempt("telegram", 11) == 1
+    assert await db.inbound.add_attempt("telegram", 11) == 2
+    row = await db.inbound.get("telegram", 11)
+    assert row is not None
+    assert (row.reply_message_id, row.chunks_sent, row.attempts, row.status) == (
+        777, 2, 2, "pending",
+    )  # fmt: skip
+    assert row.payload == {"update_id": 11} and row.ref == "telegram:11"
+
+    assert [r.update_id for r in await db.inbound.unfinished("telegram")] == [10, 11]
+    await db.inbound.mark_done("telegram", 10)
+    await db.inbound.mark_done("telegram", 11, "ignored")
+    assert await db.inbound.unfinished("telegram") == []
+    assert [r.update_id for r in await db.inbound.unfinished("other")] == [10]
+    with pytest.raises(ValueError):
+        await db.inbound.mark_done("telegram", 11, "pending")
+
+
+async def test_channel_sessions(db: Database) -> None:
+    assert await db.inbound.current_session("telegram:5") == "telegram:5"
+    assert await db.inbound.start_new_session("telegram:5") == "telegram:5#2"
+    assert await db.inbound.current_session("telegram:5") == "telegram:5#2"
+    assert await db.inbound.start_new_session("telegram:5") == "telegram:5#3"
+    assert await db.inbound.current_session("telegram:6") == "telegram:6"
