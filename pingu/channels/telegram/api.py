@@ -1,0 +1,201 @@
+"""python-telegram-bot's `Bot`, used as a plain client: our own polling, sending with the
+retries Telegram asks for (flood control), and the plain-text fallback for HTML that
+Telegram refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import warnings
+from typing import Any
+
+import structlog
+from telegram import Bot, LinkPreviewOptions, ReplyParameters
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.request import HTTPXRequest
+
+from pingu.channels.telegram.render import render_html
+
+log = structlog.get_logger("pingu.channels.telegram")
+
+# Flood control is waited out; this bounds how often one message is retried.
+MAX_SEND_ATTEMPTS = 8
+# A retry_after longer than this is not waited for inside a turn (Telegram has banned us
+# for a long time; better to give up on this message than hang every turn).
+MAX_RETRY_AFTER_S = 600.0
+_NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+
+
+class PollingBot(Bot):
+    """A `Bot` that also returns updates as raw JSON, so that one malformed update cannot
+    make the whole batch unreadable (Bot.get_updates parses them all or raises)."""
+
+    async def get_raw_updates(
+        self, offset: int | None, timeout_s: int, allowed_updates: list[str]
+    ) -> list[Any]:
+        data = {"offset": offset, "timeout": timeout_s, "allowed_updates": allowed_updates}
+        result = await self._post(
+            "getUpdates",
+            data,
+            # The server holds the request open for up to timeout_s.
+            read_timeout=timeout_s + 10.0,
+        )
+        return result if isinstance(result, list) else []
+
+
+def build_bot(token: str, api_base_url: str, poll_timeout_s: int) -> PollingBot:
+    base = api_base_url.rstrip("/")
+    return PollingBot(
+        token,
+        base_url=f"{base}/bot",
+        base_file_url=f"{base}/file/bot",
+        # Many chats answer at once: a roomy pool, and a wait for a free connection
+        # rather than an error.
+        request=HTTPXRequest(
+            connection_pool_size=64,
+            read_timeout=30.0,
+            write_timeout=30.0,
+            connect_timeout=10.0,
+            pool_timeout=30.0,
+        ),
+        get_updates_request=HTTPXRequest(
+            connection_pool_size=1,
+            read_timeout=poll_timeout_s + 10.0,
+            connect_timeout=10.0,
+        ),
+    )
+
+
+def retry_after_seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():  # PTB warns about the int -> timedelta migration
+        warnings.simplefilter("ignore")
+        value = exc.retry_after
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def is_parse_error(exc: BaseException) -> bool:
+    return isinstance(exc, BadRequest) and "can't parse entities" in exc.message.lower()
+
+
+def is_not_modified(exc: BaseException) -> bool:
+    return isinstance(exc, BadRequest) and "message is not modified" in exc.message.lower()
+
+
+def redact(text: str, token: str) -> str:
+    """PTB and httpx put the token in URLs; error texts may carry it."""
+    if token:
+        text = text.replace(token, "***")
+        secret = token.partition(":")[2]
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+class TelegramSender:
+    """Sends and edits messages. Every method takes a Markdown chunk (already short enough)
+    and sends it as HTML, falling back to the same text as plain text."""
+
+    def __init__(self, bot: Bot, token: str) -> None:
+        self.bot = bot
+        self._token = token
+
+    async def send(
+        self,
+        chat_id: int,
+        markdown: str,
+        *,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> int:
+        """Send one chunk; returns its message_id. Waits out flood control; raises
+        TelegramError when the message cannot be delivered."""
+        kwargs: dict[str, Any] = {
+            "chat_id": chat_id,
+            "message_thread_id": thread_id,
+            "link_preview_options": _NO_PREVIEW,
+        }
+        if reply_to is not None:
+            kwargs["reply_parameters"] = ReplyParameters(
+                message_id=reply_to, allow_sending_without_reply=True
+            )
+
+        async def html() -> Any:
+            return await self.bot.send_message(
+                text=render_html(markdown), parse_mode="HTML", **kwargs
+            )
+
+        async def plain() -> Any:
+            return await self.bot.send_message(text=markdown, **kwargs)
+
+        message = await self._deliver(html, plain, what="sendMessage")
+        return int(message.message_id)
+
+    async def edit(
+        self, chat_id: int, message_id: int, markdown: str, *, wait_out_flood: bool = True
+    ) -> bool:
+        """Replace a message's text. True when the message now shows this text. With
+        `wait_out_flood` False (progressive edits) a 429 gives up at once."""
+
+        async def html() -> Any:
+            return await self.bot.edit_message_text(
+                render_html(markdown),
+                chat_id=chat_id,
+                message_id=message_id,
+                parse_mode="HTML",
+                link_preview_options=_NO_PREVIEW,
+            )
+
+        async def plain() -> Any:
+            return await self.bot.edit_message_text(
+                markdown, chat_id=chat_id, message_id=message_id, link_preview_options=_NO_PREVIEW
+            )
+
+        try:
+            await self._deliver(html, plain, what="editMessageText", wait_out_flood=wait_out_flood)
+        except TelegramError as exc:
+            if is_not_modified(exc):
+                return True  # it already shows exactly this
+            if wait_out_flood:
+                raise
+            return False
+        return True
+
+    async def typing(self, chat_id: int, thread_id: int | None) -> None:
+        """Best effort: a typing indicator that fails is not worth a retry."""
+        try:
+            await self.bot.send_chat_action(chat_id, "typing", message_thread_id=thread_id)
+        except TelegramError as exc:
+            log.debug("telegram.typing_failed", chat_id=chat_id, error=self.describe(exc))
+
+    def describe(self, exc: BaseException) -> str:
+        return redact(f"{type(exc).__name__}: {exc}", self._token)
+
+    async def _deliver(
+        self, html: Any, plain: Any, *, what: str, wait_out_flood: bool = True
+    ) -> Any:
+        send = html
+        for attempt in range(1, MAX_SEND_ATTEMPTS + 1):
+            try:
+                return await send()
+            except RetryAfter as exc:
+                seconds = retry_after_seconds(exc)
+                if not wait_out_flood or seconds > MAX_RETRY_AFTER_S:
+                    raise
+                log.info("telegram.flood_wait", method=what, retry_after_s=seconds)
+                await asyncio.sleep(seconds)
+            except BadRequest as exc:
+                if send is html and is_parse_error(exc):
+                    log.info("telegram.plain_fallback", method=what, error=exc.message)
+                    send = plain
+                    continue
+                raise
+            except (TimedOut, NetworkError) as exc:
+                # Connection trouble: the request most likely never arrived; try again.
+                if attempt == MAX_SEND_ATTEMPTS:
+                    raise
+                log.warning("telegram.send_retry", method=what, error=self.describe(exc))
+                await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
+        return await send()

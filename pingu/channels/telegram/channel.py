@@ -1,0 +1,649 @@
+"""The Telegram channel: our own long-polling loop around python-telegram-bot's `Bot`.
+
+Exactly-once handling rests on the update ledger (`db.inbound`). Telegram forgets an
+update once a later getUpdates asks for a higher offset, so every update of a batch is
+recorded in the ledger before the offset moves past it; at start, unfinished ledger rows
+are resumed and updates already recorded are ignored. An answer's first message is
+created once and its id recorded (see stream.py); a turn is saved with
+`inbound_ref = "telegram:{update_id}"`, so a resumed update whose turn was already saved
+has its stored answer delivered instead of asking the model again.
+
+Per-chat order and cross-chat concurrency come from the Dispatcher: updates are
+submitted to it one by one, in update order, from the polling loop; everything slow
+(Telegram calls, waiting for turns) happens in one task per update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from telegram import BotCommand
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+
+from pingu.agent.turn import CANCELLED, COMPLETED, LIMITED, TurnRequest, TurnResult
+from pingu.channels.telegram.api import (
+    TelegramSender,
+    build_bot,
+    redact,
+    retry_after_seconds,
+)
+from pingu.channels.telegram.render import split_markdown
+from pingu.channels.telegram.stream import DeliveryState, ReplyStreamer
+from pingu.channels.telegram.updates import (
+    COMMAND,
+    IGNORE,
+    NOT_TEXT,
+    TEXT,
+    Incoming,
+    chat_key_of,
+    parse_update,
+    update_id_of,
+)
+
+if TYPE_CHECKING:
+    from pingu.agent.runtime import AgentRuntime
+    from pingu.config.model import ChannelConfig, Config
+    from pingu.dispatcher import Dispatcher
+    from pingu.store.db import Database
+
+log = structlog.get_logger("pingu.channels.telegram")
+
+ALLOWED_UPDATES = ["message"]
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("start", "Say hello"),
+    ("help", "What I can do"),
+    ("new", "Start a fresh conversation"),
+    ("stop", "Stop the answer being written"),
+    ("status", "Agent, model and this conversation"),
+    ("usage", "Tokens and cost for this chat"),
+)
+HELP_TEXT = (
+    "I am Pingu, an assistant that can use tools. Send me a message and I will answer.\n\n"
+    "/new – start a fresh conversation (the old one is kept)\n"
+    "/stop – stop the answer being written\n"
+    "/status – agent, model and this conversation\n"
+    "/usage – tokens and cost for this chat\n"
+    "/help – this text"
+)
+NOT_TEXT_REPLY = "I can only read text for now."
+ERROR_REPLY = "Sorry, something went wrong while answering this message."
+# A message whose handling was interrupted this many times (crashes) is given up on.
+MAX_ATTEMPTS = 3
+# How long close() waits for answers still being delivered.
+CLOSE_GRACE_S = 15.0
+
+
+@dataclass
+class _Typing:
+    users: int
+    task: asyncio.Task[None]
+
+
+class TelegramChannel:
+    def __init__(
+        self,
+        cfg: ChannelConfig,
+        *,
+        config: Config,
+        dispatcher: Dispatcher,
+        db: Database,
+        runtime: AgentRuntime,
+    ) -> None:
+        settings = cfg.settings
+        if not settings.bot_token:
+            raise ValueError(f"channel.{cfg.name}: settings.bot_token is not set")
+        self.name = cfg.name
+        self._settings = settings
+        self._config = config
+        self._dispatcher = dispatcher
+        self._db = db
+        self._runtime = runtime
+        self._token = settings.bot_token
+        self._allowed = frozenset(settings.allowed_users)
+        self._bot = build_bot(settings.bot_token, settings.api_base_url, settings.poll_timeout_s)
+        self._sender = TelegramSender(self._bot, settings.bot_token)
+        self._bot_id = 0
+        self._bot_username = ""
+        self._connected = False
+        self._receiving = False
+        self._stop = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._typing: dict[tuple[int, int | None], _Typing] = {}
+        self._stop_requested: set[str] = set()  # sessions whose turn /stop cancelled
+        self._last_poll_ok: float | None = None
+        self._last_error: str | None = None
+        self._handled = 0
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            await self._connect()
+        except InvalidToken:
+            # `from None`: PTB's message quotes the token.
+            raise ValueError(
+                f"channel.{self.name}: Telegram refused the bot token; check "
+                f"channel.{self.name}.settings.bot_token"
+            ) from None
+        except TelegramError as exc:
+            # Telegram unreachable: the polling loop keeps trying to connect.
+            self._last_error = self._sender.describe(exc)
+            log.warning("telegram.connect_failed", channel=self.name, error=self._last_error)
+        self._receiving = True
+        self._poller = asyncio.create_task(self._run(), name=f"telegram:{self.name}:poll")
+
+    async def stop_receiving(self) -> None:
+        self._receiving = False
+        self._stop.set()
+        if self._poller is not None:
+            await self._poller
+            self._poller = None
+
+    async def close(self) -> None:
+        await self.stop_receiving()
+        if self._tasks:
+            _, late = await asyncio.wait(set(self._tasks), timeout=CLOSE_GRACE_S)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+        for typing in list(self._typing.values()):
+            typing.task.cancel()
+        with contextlib.suppress(Exception):
+            await self._bot.shutdown()
+
+    def status(self) -> dict[str, Any]:
+        polled_ago = (
+            None if self._last_poll_ok is None else round(time.monotonic() - self._last_poll_ok, 1)
+        )
+        return {
+            "ok": self._connected and self._receiving and self._last_error is None,
+            "bot": self._bot_username or None,
+            "receiving": self._receiving,
+            "last_poll_s_ago": polled_ago,
+            "in_flight": len(self._tasks),
+            "handled": self._handled,
+            "error": self._last_error,
+        }
+
+    async def _connect(self) -> None:
+        if self._connected:
+            return
+        await self._bot.initialize()  # getMe
+        self._bot_id = self._bot.id
+        self._bot_username = self._bot.username or ""
+        self._connected = True
+        self._last_error = None
+        try:
+            await self._bot.set_my_commands([BotCommand(c, d) for c, d in COMMANDS])
+        except TelegramError as exc:
+            log.warning("telegram.set_commands_failed", error=self._sender.describe(exc))
+        log.info("telegram.connected", channel=self.name, bot=self._bot_username)
+
+    # -- polling --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = 1.0
+        while self._receiving and not self._connected:
+            try:
+                await self._connect()
+            except Exception as exc:
+                self._last_error = self._sender.describe(exc)
+                log.warning("telegram.connect_failed", channel=self.name, error=self._last_error)
+                if await self._sleep_or_stop(backoff):
+                    return
+                backoff = min(backoff * 2, 60.0)
+        if not self._receiving:
+            return
+        await self._resume_unfinished()
+        await self._poll()
+
+    async def _poll(self) -> None:
+        offset: int | None = None
+        try:
+            recorded = await self._db.inbound.max_update_id(self.name)
+            offset = None if recorded is None else recorded + 1
+        except Exception as exc:  # Telegram then re-sends unconfirmed updates: deduplicated
+            log.warning("telegram.max_update_id_failed", error=repr(exc))
+        backoff = 1.0
+        while self._receiving:
+            fetch = asyncio.create_task(
+                self._bot.get_raw_updates(offset, self._settings.poll_timeout_s, ALLOWED_UPDATES)
+            )
+            stop = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not fetch.done():
+                # Stopping: the updates of an unanswered request are not confirmed, so
+                # Telegram sends them again next time.
+                fetch.cancel()
+                with contextlib.suppress(BaseException):
+                    await fetch
+                return
+            try:
+                batch = fetch.result()
+                self._last_poll_ok = time.monotonic()
+                offset = await self._ingest(batch, offset)
+                self._last_error = None
+                backoff = 1.0
+            except RetryAfter as exc:
+                if await self._sleep_or_stop(retry_after_seconds(exc)):
+                    return
+            except Exception as exc:
+                self._last_error = redact(f"{type(exc).__name__}: {exc}", self._token)
+                hint = (
+                    " (another process polls with this token, or a webhook is set)"
+                    if isinstance(exc, Conflict)
+                    else ""
+                )
+                log.warning(
+                    "telegram.poll_failed",
+                    channel=self.name,
+                    error=self._last_error + hint,
+                    retry_in_s=backoff,
+                )
+                if await self._sleep_or_stop(backoff):
+                    return
+                backoff = min(backoff * 2, 30.0)
+
+    async def _sleep_or_stop(self, seconds: float) -> bool:
+        """Sleep; True if the channel was told to stop meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        return self._stop.is_set()
+
+    async def _ingest(self, batch: list[Any], offset: int | None) -> int | None:
+        """Record the batch, then handle what is new. Returns the next offset, which
+        confirms the batch: only reached once every update of it is in the ledger."""
+        fresh: list[tuple[int, dict[str, Any]]] = []
+        highest = offset - 1 if offset is not None else None
+        try:
+            for payload in batch:
+                update_id = update_id_of(payload)
+                if update_id is None:
+                    log.warning("telegram.malformed_update", reason="no update_id")
+                    continue
+                accepted = await self._db.inbound.accept(
+                    self.name, update_id, chat_key_of(payload), payload
+                )
+                highest = update_id if highest is None else max(highest, update_id)
+                if accepted:
+                    fresh.append((update_id, payload))
+                else:
+                    log.info("telegram.duplicate_update", update_id=update_id)
+        finally:
+            # If recording failed part-way, the offset stays and the batch comes again;
+            # what was recorded is handled now, since next time it counts as a duplicate.
+            await self._route_all(fresh)
+        return None if highest is None else highest + 1
+
+    async def _route_all(self, fresh: list[tuple[int, dict[str, Any]]]) -> None:
+        for update_id, payload in fresh:
+            # One update's trouble never stops the loop or the others.
+            try:
+                await self._route(update_id, payload, None)
+            except Exception:
+                log.exception("telegram.update_failed", update_id=update_id)
+
+    # -- routing ----------------------------------------------------------------------
+
+    async def _route(
+        self, update_id: int, payload: Any, state: DeliveryState | None, attempts: int = 0
+    ) -> None:
+        """Handle one recorded update: everything that must happen in update order
+        (session choice, /new, submitting the turn) happens here, the rest in a task."""
+        try:
+            if not isinstance(payload, dict):
+                raise TypeError("update is not an object")
+            incoming = parse_update(payload, bot_id=self._bot_id, bot_username=self._bot_username)
+        except Exception as exc:
+            log.warning("telegram.malformed_update", update_id=update_id, error=repr(exc))
+            await self._finish(update_id, "ignored")
+            return
+        if incoming.kind == IGNORE:
+            log.info("telegram.ignored", update_id=update_id, reason=incoming.reason)
+            await self._finish(update_id, "ignored")
+            return
+        if incoming.user_id not in self._allowed:
+            self._spawn(self._refuse(incoming))
+            return
+        log.info(
+            "telegram.accepted",
+            update_id=update_id,
+            chat=incoming.chat_key,
+            user_id=incoming.user_id,
+            kind=incoming.kind,
+            command=incoming.command or None,
+        )
+        if incoming.kind == NOT_TEXT:
+            self._spawn(self._reply_and_finish(incoming, NOT_TEXT_REPLY, "done"))
+        elif incoming.kind == COMMAND:
+            await self._command(incoming)
+        elif incoming.kind == TEXT:
+            await self._start_turn(incoming, state or DeliveryState(), attempts)
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("telegram.task_failed", error=repr(task.exception()))
+
+    async def _finish(self, update_id: int, status: str) -> None:
+        await self._db.inbound.mark_done(self.name, update_id, status)
+        self._handled += 1
+        log.info("telegram.done", update_id=update_id, status=status)
+
+    async def _refuse(self, incoming: Incoming) -> None:
+        log.warning(
+            "telegram.refused",
+            update_id=incoming.update_id,
+            user_id=incoming.user_id,
+            chat_id=incoming.chat_id,
+            hint=(
+                f"to allow this user: pingu config set "
+                f"channel.{self.name}.settings.allowed_users {incoming.user_id}"
+            ),
+        )
+        text = (
+            f"Sorry, you are not allowed to use this bot. Your Telegram user ID is "
+            f"{incoming.user_id}; the bot's owner can allow it."
+        )
+        await self._reply_and_finish(incoming, text, "ignored")
+
+    async def _reply_and_finish(self, incoming: Incoming, text: str, status: str) -> None:
+        try:
+            for chunk in split_markdown(text):
+                await self._sender.send(
+                    incoming.chat_id,
+                    chunk,
+                    thread_id=incoming.thread_id,
+                    reply_to=incoming.message_id if incoming.is_group else None,
+                )
+        except TelegramError as exc:
+            log.warning(
+                "telegram.reply_failed",
+                update_id=incoming.update_id,
+                error=self._sender.describe(exc),
+            )
+            if isinstance(exc, NetworkError) and not _is_final(exc):
+                return  # left unfinished: retried at the next start
+        await self._finish(incoming.update_id, status)
+
+    # -- turns --------------------------------------------------------------------------
+
+    async def _start_turn(self, incoming: Incoming, state: DeliveryState, attempts: int) -> None:
+        update_id = incoming.update_id
+        streamer = self._streamer(incoming, state)
+        ref = f"telegram:{update_id}"
+        if attempts:
+            # A resumed update: its turn may have been saved before the crash.
+            ref, saved = await self._saved_turn(update_id)
+            if saved is not None:
+                failed = saved.status not in (COMPLETED, LIMITED)
+                text = ERROR_REPLY if failed and not saved.reply_text else saved.reply_text
+                log.info("telegram.resume_saved_answer", update_id=update_id, turn=saved.id)
+                self._spawn(self._deliver(incoming, streamer, text, "failed" if failed else "done"))
+                return
+            if attempts > MAX_ATTEMPTS:
+                log.error("telegram.giving_up", update_id=update_id, attempts=attempts)
+                self._spawn(self._deliver(incoming, streamer, ERROR_REPLY, "failed"))
+                return
+        session_id = await self._db.inbound.current_session(incoming.chat_key)
+        request = TurnRequest(
+            session_id=session_id,
+            user_message=incoming.text,
+            channel="telegram",
+            channel_id=incoming.chat_key,
+            inbound_ref=ref,
+        )
+        try:
+            future = await self._dispatcher.submit(request, streamer.sink)
+        except Exception as exc:  # shutting down: left unfinished, resumed at the next start
+            log.info("telegram.not_submitted", update_id=update_id, error=repr(exc))
+            return
+        self._spawn(self._await_turn(incoming, session_id, future, streamer))
+
+    async def _saved_turn(self, update_id: int) -> tuple[str, Any]:
+        """The saved turn of an update (not one cancelled by a shutdown), or the
+        inbound_ref a new run should use: a cancelled turn keeps its ref (the ref is
+        unique), so a re-run gets the next one."""
+        attempt = 1
+        while True:
+            ref = f"telegram:{update_id}" if attempt == 1 else f"telegram:{update_id}#{attempt}"
+            turn = await self._db.history.turn_for_inbound(ref)
+            if turn is None:
+                return ref, None
+            if turn.status != CANCELLED:
+                return ref, turn
+            attempt += 1
+
+    def _streamer(self, incoming: Incoming, state: DeliveryState) -> ReplyStreamer:
+        update_id = incoming.update_id
+
+        async def created(message_id: int) -> None:
+            await self._db.inbound.set_reply_message(self.name, update_id, message_id)
+
+        async def chunks_sent(count: int) -> None:
+            await self._db.inbound.set_chunks_sent(self.name, update_id, count)
+
+        return ReplyStreamer(
+            self._sender,
+            chat_id=incoming.chat_id,
+            thread_id=incoming.thread_id,
+            reply_to=incoming.message_id,
+            edit_interval_s=self._settings.edit_interval_s,
+            state=state,
+            on_message_created=created,
+            on_chunks_sent=chunks_sent,
+        )
+
+    async def _await_turn(
+        self,
+        incoming: Incoming,
+        session_id: str,
+        future: asyncio.Future[TurnResult],
+        streamer: ReplyStreamer,
+    ) -> None:
+        async with self._typing_while(incoming.chat_id, incoming.thread_id):
+            await asyncio.wait([future])
+        if future.cancelled():
+            if session_id not in self._stop_requested:
+                # Cancelled by a shutdown: left unfinished, answered after the restart.
+                log.info("telegram.turn_interrupted", update_id=incoming.update_id)
+                await streamer.finish_abandoned()
+                return
+            self._stop_requested.discard(session_id)
+            partial = streamer.streamed_text.strip()
+            text = f"{partial}\n\n(stopped)" if partial else "Stopped."
+            await self._deliver(incoming, streamer, text, "done")
+            return
+        error = future.exception()
+        if error is not None:
+            log.error("telegram.turn_failed", update_id=incoming.update_id, error=repr(error))
+            await self._deliver(incoming, streamer, ERROR_REPLY, "failed")
+            return
+        result = future.result()
+        ok = result.status in (COMPLETED, LIMITED)
+        text = result.text if result.text.strip() or ok else ERROR_REPLY
+        await self._deliver(incoming, streamer, text, "done" if ok else "failed")
+
+    async def _deliver(
+        self, incoming: Incoming, streamer: ReplyStreamer, text: str, status: str
+    ) -> None:
+        try:
+            await streamer.finish(text)
+        except TelegramError as exc:
+            log.warning(
+                "telegram.delivery_failed",
+                update_id=incoming.update_id,
+                error=self._sender.describe(exc),
+            )
+            if isinstance(exc, NetworkError) and not _is_final(exc):
+                return  # Telegram unreachable: left unfinished, delivered at the next start
+            status = "failed"
+        await self._finish(incoming.update_id, status)
+
+    @contextlib.asynccontextmanager
+    async def _typing_while(self, chat_id: int, thread_id: int | None) -> AsyncIterator[None]:
+        key = (chat_id, thread_id)
+        typing = self._typing.get(key)
+        if typing is None:
+            task = asyncio.create_task(self._keep_typing(chat_id, thread_id))
+            typing = self._typing[key] = _Typing(0, task)
+        typing.users += 1
+        try:
+            yield
+        finally:
+            typing.users -= 1
+            if typing.users == 0:
+                typing.task.cancel()
+                if self._typing.get(key) is typing:
+                    del self._typing[key]
+
+    async def _keep_typing(self, chat_id: int, thread_id: int | None) -> None:
+        while True:
+            await self._sender.typing(chat_id, thread_id)
+            await asyncio.sleep(self._settings.typing_interval_s)
+
+    # -- resume ---------------------------------------------------------------------------
+
+    async def _resume_unfinished(self) -> None:
+        try:
+            rows = await self._db.inbound.unfinished(self.name)
+        except Exception:
+            log.exception("telegram.resume_failed")
+            return
+        if rows:
+            log.info("telegram.resuming", channel=self.name, updates=len(rows))
+        for row in rows:
+            try:
+                payload = row.payload
+                if isinstance(payload, str):
+                    payload = json.loads(payload)
+                attempts = await self._db.inbound.add_attempt(self.name, row.update_id)
+                state = DeliveryState(row.reply_message_id, row.chunks_sent)
+                await self._route(row.update_id, payload, state, max(attempts, 1))
+            except Exception:
+                log.exception("telegram.resume_update_failed", update_id=row.update_id)
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def _command(self, incoming: Incoming) -> None:
+        command = incoming.command
+        if command == "new":
+            # Here, not in a task: messages after /new must go to the new session.
+            session_id = await self._db.inbound.start_new_session(incoming.chat_key)
+            log.info("telegram.new_session", chat=incoming.chat_key, session=session_id)
+            reply = "Started a new conversation. The previous one is kept."
+        elif command == "stop":
+            session_id = await self._db.inbound.current_session(incoming.chat_key)
+            if self._dispatcher.cancel(session_id):
+                # The stopped turn's own message says so: no second reply.
+                self._stop_requested.add(session_id)
+                await self._finish(incoming.update_id, "done")
+                return
+            reply = "Nothing is running."
+        elif command in ("start", "help"):
+            reply = HELP_TEXT
+        elif command == "status":
+            self._spawn(self._reply_later(incoming, self._status_text(incoming)))
+            return
+        elif command == "usage":
+            self._spawn(self._reply_later(incoming, self._usage_text(incoming)))
+            return
+        else:
+            reply = f"Unknown command /{command}. /help lists what I understand."
+        self._spawn(self._reply_and_finish(incoming, reply, "done"))
+
+    async def _reply_later(self, incoming: Incoming, text: Awaitable[str]) -> None:
+        try:
+            reply = await text
+        except Exception:
+            log.exception("telegram.command_failed", command=incoming.command)
+            reply = ERROR_REPLY
+        await self._reply_and_finish(incoming, reply, "done")
+
+    async def _status_text(self, incoming: Incoming) -> str:
+        session_id = await self._db.inbound.current_session(incoming.chat_key)
+        agent = self._runtime.default_agent_name
+        model = self._config.llm_for(self._runtime.resolve_agent(agent)).model
+        turns = await self._db.history.count_turns(session_id)
+        history = await self._db.history.load_input_history(session_id)
+        approx_tokens = len(json.dumps(history)) // 4
+        running = self._dispatcher.is_running(session_id)
+        waiting = self._dispatcher.pending(session_id)
+        return (
+            f"Agent: {agent}\nModel: {model}\nSession: {session_id}\nTurns: {turns}\n"
+            f"Context: {len(history)} items, about {approx_tokens} tokens\n"
+            f"Running: {'yes' if running else 'no'}" + (f", {waiting} waiting" if waiting else "")
+        )
+
+    async def _usage_text(self, incoming: Incoming) -> str:
+        # The chat's sessions: its first one, those /new started ('#2', ...) and their
+        # sub-agents' sessions ('...:delegate:<agent>'); not the topics of a group.
+        key = incoming.chat_key
+        sessions = [
+            s.id
+            for s in await self._db.history.list_sessions()
+            if s.id == key or s.id.startswith((f"{key}#", f"{key}:delegate:"))
+        ]
+        totals = _UsageSum()
+        for session_id in sessions:
+            totals.add(await self._db.usage.totals(session_id=session_id))
+        return totals.describe(len([s for s in sessions if ":delegate:" not in s]))
+
+
+class _UsageSum:
+    """`db.usage.totals` rows (one per model) of several sessions, added up."""
+
+    def __init__(self) -> None:
+        self.input_tokens = self.cached_input_tokens = self.output_tokens = 0
+        self.total_tokens = self.calls = self.unpriced_calls = 0
+        self.cost = 0.0
+
+    def add(self, totals: list[Any]) -> None:
+        for row in totals:
+            self.input_tokens += row.input_tokens
+            self.cached_input_tokens += row.cached_input_tokens
+            self.output_tokens += row.output_tokens
+            self.total_tokens += row.total_tokens
+            self.calls += row.calls
+            self.unpriced_calls += row.unpriced_calls
+            self.cost += row.cost_estimate or 0.0
+
+    def describe(self, sessions: int) -> str:
+        cost = f"${self.cost:.4f}"
+        if self.unpriced_calls:
+            cost += f" (plus {self.unpriced_calls} model calls with no known price)"
+        return (
+            f"Usage in this chat ({sessions} conversation{'s' if sessions != 1 else ''}, "
+            f"{self.calls} model calls):\n"
+            f"Input tokens: {self.input_tokens} ({self.cached_input_tokens} cached)\n"
+            f"Output tokens: {self.output_tokens}\nTotal tokens: {self.total_tokens}\n"
+            f"Estimated cost: {cost}"
+        )
+
+
+def _is_final(exc: TelegramError) -> bool:
+    """Errors that another try will not fix (as opposed to the network being down)."""
+    return isinstance(exc, BadRequest | Forbidden)

@@ -1,0 +1,168 @@
+"""One answer in one Telegram message, shown while it is written.
+
+The answer message is created once, when there is first text to show (at most
+`edit_interval_s` after the model starts answering, or at the end), and its id is
+recorded before anything else happens to it; after that, progress and the final text
+are edits of that message, which are idempotent. Chunks beyond the first are new
+messages, each recorded once sent. That is what lets a restarted daemon finish a
+delivery without sending anything twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+from telegram.error import BadRequest, TelegramError
+
+from pingu.agent.events import AgentEvent, AgentMessage, TextDelta
+from pingu.channels.telegram.api import TelegramSender
+from pingu.channels.telegram.render import split_markdown
+
+log = structlog.get_logger("pingu.channels.telegram")
+
+EMPTY_ANSWER = "(The agent finished without a text answer.)"
+
+
+@dataclass
+class DeliveryState:
+    """What the ledger knows about an answer already under way."""
+
+    message_id: int | None = None  # the answer's first message
+    chunks_sent: int = 0  # chunks after the first one already sent (as a count of chunks)
+
+
+class ReplyStreamer:
+    def __init__(
+        self,
+        sender: TelegramSender,
+        *,
+        chat_id: int,
+        thread_id: int | None,
+        reply_to: int | None,
+        edit_interval_s: float,
+        state: DeliveryState,
+        on_message_created: Callable[[int], Awaitable[None]],
+        on_chunks_sent: Callable[[int], Awaitable[None]],
+    ) -> None:
+        self._sender = sender
+        self._chat_id = chat_id
+        self._thread_id = thread_id
+        self._reply_to = reply_to
+        self._interval = edit_interval_s
+        self._state = state
+        self._on_message_created = on_message_created
+        self._on_chunks_sent = on_chunks_sent
+        self._text = ""
+        self._shown: str | None = None  # the Markdown the message shows, if known
+        self._last_flush = 0.0
+        self._frozen = False  # the answer outgrew one message: no more progress edits
+        self._dirty = asyncio.Event()  # new text to show
+        self._close = asyncio.Event()  # the turn is over: the final delivery takes over
+        self._closing = False
+        self._flusher: asyncio.Task[None] | None = None
+        self._edits = 0
+
+    @property
+    def streamed_text(self) -> str:
+        return self._text
+
+    async def sink(self, event: AgentEvent) -> None:
+        """The EventSink for this turn. Never raises."""
+        try:
+            if isinstance(event, TextDelta):
+                if not self._text:
+                    self._last_flush = time.monotonic()
+                self._text += event.text
+                self._dirty.set()
+                if self._flusher is None and not self._closing:
+                    self._flusher = asyncio.create_task(self._flush_loop())
+            elif isinstance(event, AgentMessage):
+                for chunk in split_markdown(event.text):
+                    await self._sender.send(self._chat_id, chunk, thread_id=self._thread_id)
+        except TelegramError as exc:
+            log.warning("telegram.event_delivery_failed", error=self._sender.describe(exc))
+
+    async def finish(self, text: str) -> None:
+        """Deliver the complete final text: the first chunk into the answer message, the
+        rest as new messages. Raises TelegramError if Telegram will not take it."""
+        await self._stop_flusher()
+        chunks = split_markdown(text) or [EMPTY_ANSWER]
+        first = chunks[0]
+        if self._state.message_id is None:
+            await self._create(first)
+        elif self._shown != first:
+            try:
+                await self._sender.edit(self._chat_id, self._state.message_id, first)
+            except BadRequest as exc:
+                # The message is gone (deleted by the user) or cannot be edited: send anew.
+                log.info("telegram.edit_failed_resend", error=self._sender.describe(exc))
+                await self._create(first)
+        self._shown = first
+        for index in range(max(1, self._state.chunks_sent), len(chunks)):
+            await self._sender.send(self._chat_id, chunks[index], thread_id=self._thread_id)
+            self._state.chunks_sent = index + 1
+            await self._on_chunks_sent(index + 1)
+
+    async def finish_abandoned(self) -> None:
+        """The turn will not end here (shutdown): stop showing progress, send nothing."""
+        await self._stop_flusher()
+
+    async def _create(self, markdown: str) -> None:
+        message_id = await self._sender.send(
+            self._chat_id, markdown, thread_id=self._thread_id, reply_to=self._reply_to
+        )
+        self._state.message_id = message_id
+        self._shown = markdown
+        await self._on_message_created(message_id)
+
+    async def _stop_flusher(self) -> None:
+        # Never cancel a flush mid-request: a sendMessage cut short could create a
+        # message whose id we never learn.
+        self._closing = True
+        self._close.set()
+        self._dirty.set()
+        if self._flusher is not None:
+            try:
+                await self._flusher
+            except Exception as exc:
+                log.warning("telegram.progress_failed", error=self._sender.describe(exc))
+
+    async def _flush_loop(self) -> None:
+        while not self._closing and not self._frozen:
+            await self._dirty.wait()
+            delay = self._last_flush + self._interval - time.monotonic()
+            if delay > 0:
+                # Wake early when the turn ends, so finish() never waits out an interval.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._close.wait(), timeout=delay)
+            if self._closing:
+                return
+            self._dirty.clear()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        chunks = split_markdown(self._text)
+        if not chunks:
+            return
+        if len(chunks) > 1:
+            self._frozen = True  # the final delivery takes it from here
+        first = chunks[0]
+        self._last_flush = time.monotonic()
+        if first == self._shown:
+            return
+        try:
+            if self._state.message_id is None:
+                await self._create(first)
+            elif await self._sender.edit(
+                self._chat_id, self._state.message_id, first, wait_out_flood=False
+            ):
+                self._shown = first
+                self._edits += 1
+        except TelegramError as exc:
+            log.info("telegram.progress_skipped", error=self._sender.describe(exc))
+        self._last_flush = time.monotonic()

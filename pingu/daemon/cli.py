@@ -1,0 +1,144 @@
+"""`pingu gateway`: run the daemon in the foreground (systemd, a container, a terminal)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from pingu.config.model import DEFAULT_DB_FILENAME, Config
+from pingu.daemon.app import DEFAULT_GRACE_S
+
+ENV_GRACE = "PINGU_SHUTDOWN_GRACE"
+
+
+def _parse_addr(value: str) -> str:
+    """Same rule as `[gateway] addr`: "host:port", ":port" or "[v6]:port"."""
+    host, sep, port = value.rpartition(":")
+    valid = bool(sep) and port.isdigit() and 0 <= int(port) <= 65535
+    if valid and host.startswith("["):
+        valid = host.endswith("]") and len(host) > 2
+    elif valid:
+        valid = ":" not in host and not any(c.isspace() for c in host)
+    if not valid:
+        raise click.BadParameter(f'expected "host:port" or ":port", got {value!r}')
+    return value
+
+
+def apply_overrides(
+    config: Config,
+    *,
+    addr: str | None = None,
+    state_dir: Path | None = None,
+    db_path: Path | None = None,
+) -> Config:
+    """The config with the command line's --addr, --state-dir and --db applied."""
+    if addr is not None:
+        config = dataclasses.replace(config, gateway=dataclasses.replace(config.gateway, addr=addr))
+    if state_dir is not None:
+        state_dir = state_dir.expanduser().absolute()
+        # A database at its default place (inside the state dir) moves with it.
+        if db_path is None and config.db.path == config.state_dir / DEFAULT_DB_FILENAME:
+            db_path = state_dir / DEFAULT_DB_FILENAME
+        config = dataclasses.replace(config, state_dir=state_dir)
+    if db_path is not None:
+        config = dataclasses.replace(
+            config, db=dataclasses.replace(config.db, path=db_path.expanduser().absolute())
+        )
+    return config
+
+
+@click.command("gateway")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Config file (default: $PINGU_CONFIG, then ~/.config/pingu/config.toml).",
+)
+@click.option(
+    "--addr",
+    default=None,
+    metavar="HOST:PORT",
+    callback=lambda _ctx, _param, value: _parse_addr(value) if value is not None else None,
+    help="Listen address of the HTTP gateway; overrides [gateway] addr. Port 0 picks one.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    envvar="PINGU_STATE_DIR",
+    help=(
+        "Overrides [state] dir (workspaces; the database too unless [db] path is set). "
+        "The systemd unit passes its StateDirectory (env PINGU_STATE_DIR)."
+    ),
+)
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    envvar="PINGU_DB",
+    help="Overrides [db] path (env PINGU_DB).",
+)
+@click.option(
+    "--grace",
+    "grace_s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_GRACE_S,
+    show_default=True,
+    envvar=ENV_GRACE,
+    metavar="SECONDS",
+    help=(
+        "On SIGTERM/SIGINT, how long running turns may take to finish before they are "
+        f"cancelled (env {ENV_GRACE}). Keep it below systemd's TimeoutStopSec."
+    ),
+)
+def gateway_command(
+    config_path: Path | None,
+    addr: str | None,
+    state_dir: Path | None,
+    db_path: Path | None,
+    grace_s: float,
+) -> None:
+    """Run the daemon: enabled channels and the HTTP API, until SIGTERM or SIGINT.
+
+    Exit status: 0 after a clean stop, 1 if it could not start, 2 for a config error.
+    """
+    from pingu.config.loader import load_config_or_exit
+
+    # The config comes first: a config error exits 2 before anything has started.
+    config = apply_overrides(
+        load_config_or_exit(config_path), addr=addr, state_dir=state_dir, db_path=db_path
+    )
+
+    from pingu.daemon.logging import configure_logging
+    from pingu.daemon.notify import Notifier
+
+    configure_logging(config.log.level, config.log.format, config.secrets())
+    notifier = Notifier.from_env(os.environ, unset=True)
+
+    import structlog
+
+    from pingu.daemon.app import run_daemon
+
+    log = structlog.get_logger("pingu.daemon")
+    log.info(
+        "starting",
+        pid=os.getpid(),
+        config=str(config.path) if config.path else None,
+        database=str(config.db.path),
+        notify=notifier.enabled,
+        watchdog_s=notifier.watchdog_s,
+    )
+    try:
+        code = asyncio.run(run_daemon(config, grace_s=grace_s, notifier=notifier))
+    except Exception:
+        # Logged, hence redacted; a raw traceback on stderr could carry a secret.
+        log.exception("daemon_crashed")
+        code = 1
+    sys.exit(code)

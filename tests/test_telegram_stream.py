@@ -1,0 +1,108 @@
+"""The reply streamer against the fake Bot API with the real python-telegram-bot client:
+throttled progress, the final text, and finishing a delivery after a restart without
+sending anything twice."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from pingu.agent.events import TextDelta
+from pingu.channels.telegram.api import TelegramSender, build_bot
+from pingu.channels.telegram.render import split_markdown
+from pingu.channels.telegram.stream import DeliveryState, ReplyStreamer
+from tests.fakes.telegram_api import FakeTelegram
+
+CHAT = 111
+
+
+@pytest.fixture
+async def sender(fake_telegram: FakeTelegram) -> AsyncIterator[TelegramSender]:
+    bot = build_bot(fake_telegram.token, fake_telegram.url, poll_timeout_s=1)
+    await bot.initialize()
+    try:
+        yield TelegramSender(bot, fake_telegram.token)
+    finally:
+        await bot.shutdown()
+
+
+class Ledger:
+    """What the channel would write to db.inbound."""
+
+    def __init__(self) -> None:
+        self.message_ids: list[int] = []
+        self.chunks_sent: list[int] = []
+
+    async def created(self, message_id: int) -> None:
+        self.message_ids.append(message_id)
+
+    async def chunks(self, count: int) -> None:
+        self.chunks_sent.append(count)
+
+
+def streamer(sender: TelegramSender, ledger: Ledger, state: DeliveryState, interval: float):
+    return ReplyStreamer(
+        sender,
+        chat_id=CHAT,
+        thread_id=None,
+        reply_to=None,
+        edit_interval_s=interval,
+        state=state,
+        on_message_created=ledger.created,
+        on_chunks_sent=ledger.chunks,
+    )
+
+
+async def test_deltas_within_one_interval_become_one_message(
+    fake_telegram: FakeTelegram, sender: TelegramSender
+) -> None:
+    fake_telegram.push_text(CHAT, CHAT, "hi")  # makes the chat exist
+    ledger = Ledger()
+    reply = streamer(sender, ledger, DeliveryState(), interval=30.0)
+    for word in ["Hello", " **wonderful**", " world"]:
+        await reply.sink(TextDelta(word))
+    await reply.finish("Hello **wonderful** world")
+    assert fake_telegram.chat_texts(CHAT) == ["Hello wonderful world"]
+    assert fake_telegram.calls("editMessageText") == []
+    assert ledger.message_ids == [fake_telegram.chat_messages(CHAT)[0].message_id]
+
+
+async def test_progress_edits_one_message_and_the_final_text_is_complete(
+    fake_telegram: FakeTelegram, sender: TelegramSender
+) -> None:
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    ledger = Ledger()
+    reply = streamer(sender, ledger, DeliveryState(), interval=0.0)
+    await reply.sink(TextDelta("First part"))
+    await fake_telegram.wait_for(lambda: fake_telegram.chat_texts(CHAT) == ["First part"])
+    await reply.sink(TextDelta(", second part"))
+    await fake_telegram.wait_for(
+        lambda: fake_telegram.chat_texts(CHAT) == ["First part, second part"]
+    )
+    await reply.finish("First part, second part, and the end.")
+    assert fake_telegram.chat_texts(CHAT) == ["First part, second part, and the end."]
+    assert len(ledger.message_ids) == 1
+
+
+async def test_a_resumed_delivery_edits_the_recorded_message_and_sends_only_missing_chunks(
+    fake_telegram: FakeTelegram, sender: TelegramSender
+) -> None:
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    answer = "\n\n".join(f"Paragraph {n} " + "text " * 700 for n in range(4))
+    chunks = split_markdown(answer)
+    assert len(chunks) == 4
+
+    # Before the crash: the first message and one extra chunk went out and were recorded.
+    first = await sender.send(CHAT, chunks[0])
+    await sender.send(CHAT, chunks[1])
+    ledger = Ledger()
+    reply = streamer(sender, ledger, DeliveryState(message_id=first, chunks_sent=2), 1.0)
+    await reply.finish(answer)
+
+    shown = fake_telegram.chat_texts(CHAT)
+    assert [t.split(" ")[1] for t in shown if t] == ["0", "1", "2", "3"]  # each chunk once
+    assert ledger.message_ids == []  # no new first message
+    assert ledger.chunks_sent == [3, 4]
+    # The identical re-edit of the first message counted as success.
+    assert fake_telegram.calls("editMessageText")[-1].status == 400
