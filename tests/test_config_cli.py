@@ -385,6 +385,17 @@ def test_set_never_echoes_a_secret_in_its_error(tmp_path: Path, config_file: Pat
     assert config_file.read_bytes() == before
 
 
+def test_set_of_a_whole_table_masks_the_secrets_it_holds(tmp_path: Path, config_file: Path) -> None:
+    result = set_(
+        tmp_path, config_file, "llm.openai", '{model = "m", api_key = "sk-in-a-table-1234"}'
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "sk-in-a-table-1234" not in result.stdout + result.stderr
+    assert 'model = "m"' in result.stdout
+    config = load_config(config_file, env={"HOME": str(tmp_path)})
+    assert config.llm["openai"].api_key == "sk-in-a-table-1234"
+
+
 def test_set_refuses_to_edit_invalid_toml(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_bytes(b"[gateway\naddr = 1\n")

@@ -275,6 +275,22 @@ def test_log_level_env_overrides(tmp_path: Path) -> None:
     assert config.log.level == "warning"
 
 
+def test_state_dir_and_db_env_override_the_file(tmp_path: Path) -> None:
+    text = '[state]\ndir = "/srv/file-state"\n'
+    moved = load(tmp_path, text, {"PINGU_STATE_DIR": "/var/lib/pingu"})
+    assert moved.state_dir == Path("/var/lib/pingu")
+    assert moved.db.path == Path("/var/lib/pingu/pingu.db")
+    assert moved.workspaces == Path("/var/lib/pingu/workspaces")
+    both = load(tmp_path, text + '[db]\npath = "/srv/x.db"\n', {"PINGU_DB": "/tmp/y.db"})
+    assert both.db.path == Path("/tmp/y.db")
+    assert both.state_dir == Path("/srv/file-state")
+
+
+def test_state_dir_env_does_not_hide_a_bad_file_value(tmp_path: Path) -> None:
+    err = refuse(tmp_path, "[state]\ndir = 5\n", {"PINGU_STATE_DIR": "/var/lib/pingu"})
+    assert "state.dir" in str(err)
+
+
 def test_disabled_telegram_channel_needs_no_token(tmp_path: Path) -> None:
     config = load(tmp_path, '[channel.tg]\ntype = "telegram"\nenabled = false\n')
     assert config.channels["tg"].enabled is False

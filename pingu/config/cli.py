@@ -71,6 +71,11 @@ def _parse_user_ids(text: str) -> list[int]:
     return ids
 
 
+def _checked_user_ids(text: str) -> str:
+    _parse_user_ids(text)  # raises BadParameter, which click.prompt shows before asking again
+    return text
+
+
 STARTER_HEADER = """\
 # Pingu configuration, written by `pingu init`.
 # Every key is described in docs/configuration.md and config.example.toml.
@@ -138,11 +143,14 @@ def init_command(
             hide_input=True,
         )
     if bot_token and allowed_users is None and interactive:
-        allowed_users = click.prompt(
+        # Checked at the prompt, so a typo is asked again instead of losing every answer.
+        users_text = click.prompt(
             "Telegram user IDs allowed to talk to the bot (comma-separated)",
             default="",
             show_default=False,
+            value_proc=_checked_user_ids,
         )
+        allowed_users = users_text
     if api_key is None and interactive:
         api_key = click.prompt(
             f"OpenAI API key (empty: use {ENV_OPENAI_API_KEY} at run time)",
@@ -259,15 +267,28 @@ def set_command(key: str, value: str, config_path: Path | None) -> None:
 
     VALUE is read as TOML when it is a TOML value (42, true, [1, 2], "text"),
     otherwise as a string. The whole file is validated before anything is written."""
-    from pingu.config.edit import is_secret_key, parse_key, parse_value, set_value
+    from pingu.config.edit import (
+        is_secret_key,
+        mask_secrets,
+        parse_key,
+        parse_value,
+        render_value,
+        set_value,
+    )
 
     parts = _parse_key_or_fail(key, parse_key)
     path, _ = resolve_config_path(config_path)
+    new_value = parse_value(value)
     try:
-        result = set_value(path, parts, parse_value(value), env=os.environ)
+        result = set_value(path, parts, new_value, env=os.environ)
     except ConfigError as exc:
         exit_config_error(exc)
-    shown = "(secret)" if is_secret_key(parts) else value
+    if is_secret_key(parts):
+        shown = "(secret)"
+    elif isinstance(new_value, dict):  # a whole table may hold secrets: mask them
+        shown = render_value(mask_secrets(new_value)).replace("\n", "; ")
+    else:
+        shown = value
     verb = "Created" if result.created else "Updated"
     click.echo(f"{verb} {result.path}: {key} = {shown}")
 

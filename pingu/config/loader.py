@@ -41,6 +41,9 @@ ENV_CONFIG_PATH = "PINGU_CONFIG"
 ENV_OPENAI_API_KEY = "OPENAI_API_KEY"
 ENV_TELEGRAM_BOT_TOKEN = "TELEGRAM_BOT_TOKEN"
 ENV_LOG_LEVEL = "LOG_LEVEL"
+# The systemd unit points every command at its StateDirectory through these.
+ENV_STATE_DIR = "PINGU_STATE_DIR"
+ENV_DB_PATH = "PINGU_DB"
 
 # Keys whose values are secrets: never echoed in errors, masked by `config get`.
 SECRET_KEYS = frozenset({"api_key", "token", "bot_token"})
@@ -396,15 +399,22 @@ def parse_config(
     gateway = _parse_gateway(root)
 
     state = root.sub("state", STATE_KEYS)
-    state_dir = _path(
-        state.string("dir", str(DEFAULT_STATE_DIR), non_empty=True), base=base, env=env
-    )
+    # The file's values are validated even when the environment overrides them.
+    state_text = state.string("dir", str(DEFAULT_STATE_DIR), non_empty=True)
+    # A path from the environment is relative to the working directory, not the file.
+    state_env = env.get(ENV_STATE_DIR)
+    state_dir = _path(state_env or state_text, base=None if state_env else base, env=env)
     workspace_text = state.string("workspace_dir", None, non_empty=True)
     workspace_dir = _path(workspace_text, base=base, env=env) if workspace_text else None
 
     db = root.sub("db", DB_KEYS)
     db_text = db.string("path", None, non_empty=True)
-    db_path = _path(db_text, base=base, env=env) if db_text else state_dir / DEFAULT_DB_FILENAME
+    if db_env := env.get(ENV_DB_PATH):
+        db_path = _path(db_env, base=None, env=env)
+    elif db_text:
+        db_path = _path(db_text, base=base, env=env)
+    else:
+        db_path = state_dir / DEFAULT_DB_FILENAME
 
     limits = _parse_limits(root.sub("limits", LIMIT_KEYS), AgentLimits())
     channels = _parse_channels(root, env)

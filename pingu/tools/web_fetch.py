@@ -173,7 +173,8 @@ class WebFetchTool:
         data, cut = await self._read_capped(resp, self.download_cap_bytes)
         if kind == "unknown" and not _looks_like_text(data):
             raise ToolError(f"{resp.url} is binary data, not text")
-        title, text = _readable(kind, _decode(data, resp.charset))
+        # Decoding and parsing 2 MB of HTML takes about a second: not on the event loop.
+        title, text = await asyncio.to_thread(lambda: _readable(kind, _decode(data, resp.charset)))
         lines = [f"URL: {resp.url}"]
         if title:
             lines.append(f"Title: {title}")
