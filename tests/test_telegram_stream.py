@@ -11,7 +11,7 @@ import pytest
 from pingu.agent.events import TextDelta
 from pingu.channels.telegram.api import TelegramSender, build_bot
 from pingu.channels.telegram.render import split_markdown
-from pingu.channels.telegram.stream import DeliveryState, ReplyStreamer
+from pingu.channels.telegram.stream import UNKNOWN_MESSAGE_ID, DeliveryState, ReplyStreamer
 from tests.fakes.telegram_api import FakeTelegram
 
 CHAT = 111
@@ -106,3 +106,53 @@ async def test_a_resumed_delivery_edits_the_recorded_message_and_sends_only_miss
     assert ledger.chunks_sent == [3, 4]
     # The identical re-edit of the first message counted as success.
     assert fake_telegram.calls("editMessageText")[-1].status == 400
+
+
+@pytest.fixture
+async def impatient_sender(fake_telegram: FakeTelegram) -> AsyncIterator[TelegramSender]:
+    """A sender whose read timeout the fake can outlast."""
+    bot = build_bot(fake_telegram.token, fake_telegram.url, poll_timeout_s=1, read_timeout_s=0.3)
+    await bot.initialize()
+    try:
+        yield TelegramSender(bot, fake_telegram.token)
+    finally:
+        await bot.shutdown()
+
+
+async def test_a_send_that_timed_out_after_delivery_is_not_sent_again(
+    fake_telegram: FakeTelegram, impatient_sender: TelegramSender
+) -> None:
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    # Telegram delivers the answer, then its response comes too late for the client.
+    fake_telegram.stall("sendMessage", 1.0)
+    ledger = Ledger()
+    reply = streamer(impatient_sender, ledger, DeliveryState(), interval=30.0)
+    await reply.sink(TextDelta("The answer"))
+    await reply.finish("The answer")
+    assert fake_telegram.chat_texts(CHAT) == ["The answer"]  # once, not twice
+    assert len(fake_telegram.calls("sendMessage")) <= 1
+    # The ledger says "sent, id unknown": a resumed delivery will not send it again either.
+    assert ledger.message_ids == [UNKNOWN_MESSAGE_ID]
+    resumed = streamer(impatient_sender, Ledger(), DeliveryState(UNKNOWN_MESSAGE_ID), 30.0)
+    await resumed.finish("The answer")
+    assert fake_telegram.chat_texts(CHAT) == ["The answer"]
+
+
+async def test_an_uncertain_extra_chunk_is_counted_as_sent_and_an_edit_is_retried(
+    fake_telegram: FakeTelegram, impatient_sender: TelegramSender
+) -> None:
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    answer = "\n\n".join(f"Paragraph {n} " + "text " * 700 for n in range(3))
+    first = await impatient_sender.send(CHAT, "Paragraph 0 (progress)")
+    # The edit times out after taking effect: editing again is harmless and is done.
+    fake_telegram.stall("editMessageText", 1.0)
+    # The second chunk's response is late: the third chunk still goes out, the second
+    # is not repeated.
+    fake_telegram.stall("sendMessage", 1.0)
+    ledger = Ledger()
+    reply = streamer(impatient_sender, ledger, DeliveryState(message_id=first), 30.0)
+    await reply.finish(answer)
+    shown = fake_telegram.chat_texts(CHAT)
+    assert [t.split(" ")[1] for t in shown if t] == ["0", "1", "2"]
+    assert ledger.chunks_sent == [2, 3]
+    assert len(fake_telegram.calls("editMessageText")) >= 1

@@ -43,7 +43,12 @@ STOPPING = "stopping"
 
 
 class StartupError(Exception):
-    """The daemon could not start; the message is one line for the log."""
+    """The daemon could not start; the message is one line for the log. `exit_code` 2
+    means the configuration is wrong (as for a ConfigError), 1 anything else."""
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Daemon:
@@ -137,14 +142,19 @@ class Daemon:
                         runtime=self.runtime,
                     )
                 except ValueError as exc:
-                    raise StartupError(str(exc)) from exc
+                    raise StartupError(str(exc), exit_code=2) from exc
                 self.channels.append(channel)
 
     async def start(self) -> None:
         await self._start_http()
         for channel in self.channels:
             self.notifier.status(f"starting channel {channel.name}")
-            await channel.start()
+            try:
+                await channel.start()
+            except ValueError as exc:
+                # A channel's settings are wrong (e.g. Telegram refused the bot token):
+                # the channel's one-line message names the key, never the secret.
+                raise StartupError(str(exc), exit_code=2) from None
             self._started_channels.append(channel)
             log.info("channel_started", channel=channel.name)
         self._phase = READY
@@ -304,7 +314,8 @@ async def run_daemon(
     notifier: Notifier | None = None,
     client_factory: Callable[..., Any] | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT; the process exit code (0 clean stop, 1 failed start)."""
+    """Run until SIGTERM/SIGINT; the process exit code (0 clean stop, 1 failed start,
+    2 a channel's settings refused at start)."""
     daemon = Daemon(config, grace_s=grace_s, notifier=notifier, client_factory=client_factory)
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT)
@@ -325,7 +336,7 @@ async def run_daemon(
         except StartupError as exc:
             log.error("startup_failed", error=str(exc))
             daemon.notifier.status(f"failed to start: {exc}")
-            return 1
+            return exc.exit_code
         try:
             await stop_wait
         finally:

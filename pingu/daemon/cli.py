@@ -14,6 +14,7 @@ from pingu.config.model import DEFAULT_DB_FILENAME, Config
 from pingu.daemon.app import DEFAULT_GRACE_S
 
 ENV_GRACE = "PINGU_SHUTDOWN_GRACE"
+ENV_PROFILE = "PINGU_PROFILE"  # a file: profile the daemon with cProfile, stats written there
 
 
 def _parse_addr(value: str) -> str:
@@ -135,10 +136,20 @@ def gateway_command(
         notify=notifier.enabled,
         watchdog_s=notifier.watchdog_s,
     )
+    profile_path = os.environ.get(ENV_PROFILE)
+    profiler = None
+    if profile_path:  # for benchmarks: the daemon's own CPU profile, written at exit
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     try:
         code = asyncio.run(run_daemon(config, grace_s=grace_s, notifier=notifier))
     except Exception:
         # Logged, hence redacted; a raw traceback on stderr could carry a secret.
         log.exception("daemon_crashed")
         code = 1
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
     sys.exit(code)

@@ -190,7 +190,12 @@ class _Gateway:
         phase = self._status.phase
         if phase != "ready":
             return web.json_response({"status": phase}, status=503)
-        return web.json_response({"status": "ok", **await self._status.health()})
+        health = await self._status.health()
+        # Still 200: the daemon runs and serves; "degraded" says a part of it (a channel
+        # that cannot reach its service, the database) is not working right now.
+        parts = [health.get("database", {}), *health.get("channels", {}).values()]
+        healthy = all(not isinstance(p, dict) or p.get("ok", True) for p in parts)
+        return web.json_response({"status": "ok" if healthy else "degraded", **health})
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(openapi_document())

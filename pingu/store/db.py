@@ -131,6 +131,13 @@ class Database:
             row = await self._writer.execute_insert(sql, params)
         return int(row[0]) if row else 0
 
+    async def write_returning(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """Like `write_statement`, for a statement with RETURNING: its rows."""
+        async with self._write_lock:
+            if self._closed:
+                raise StoreError("the database is closed")
+            return list(await self._writer.execute_fetchall(sql, params))
+
     async def _rollback(self) -> None:
         # The statements queue in order on the connection's thread, so an interrupted BEGIN
         # or COMMIT has finished (or failed) before this runs.

@@ -65,8 +65,7 @@ class ExecutionRepository:
             "input": json.dumps(input, ensure_ascii=False),
             "started_at": now_ms(),
         }
-        async with self._db.transaction() as conn:
-            await conn.execute_fetchall(self._q.sql("executions_insert"), params)
+        await self._db.write_statement(self._q.sql("executions_insert"), params)
         return execution_id
 
     async def finish(
@@ -85,15 +84,13 @@ class ExecutionRepository:
             "error": error,
             "completed_at": now_ms(),
         }
-        async with self._db.transaction() as conn:
-            await conn.execute_fetchall(self._q.sql("executions_finish"), params)
+        await self._db.write_statement(self._q.sql("executions_finish"), params)
 
     async def set_retrying(self, execution_id: str, retry_count: int) -> None:
-        async with self._db.transaction() as conn:
-            await conn.execute_fetchall(
-                self._q.sql("executions_set_retrying"),
-                {"id": execution_id, "retry_count": retry_count},
-            )
+        await self._db.write_statement(
+            self._q.sql("executions_set_retrying"),
+            {"id": execution_id, "retry_count": retry_count},
+        )
 
     async def mark_interrupted(self) -> int:
         """At startup: runs left pending/running/retrying by a previous process -> failed."""

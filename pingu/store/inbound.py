@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,25 +54,41 @@ class InboundRepository:
         self._db = db
         self._q = db.queries
 
-    async def _write(self, name: str, params: dict[str, Any]) -> int:
-        async with self._db.transaction() as conn:
-            cursor = await conn.execute(self._q.sql(name), params)
-            count = cursor.rowcount
-            await cursor.close()
-        return count
+    async def _write(self, name: str, params: dict[str, Any]) -> None:
+        # One statement is atomic on its own: one round trip to the writer thread
+        # instead of BEGIN, the statement, closing its cursor and COMMIT.
+        await self._db.write_statement(self._q.sql(name), params)
 
     async def accept(
         self, channel: str, update_id: int, chat_key: str, payload: dict[str, Any]
     ) -> bool:
         """Record a new update as pending; False if it was already recorded."""
+        return update_id in await self._accept_rows([(update_id, chat_key, payload)], channel)
+
+    async def accept_many(
+        self, channel: str, updates: Sequence[tuple[int, str, dict[str, Any]]]
+    ) -> set[int]:
+        """Record a batch of `(update_id, chat_key, payload)` as pending in one
+        transaction; return the update_ids that were new (not recorded before)."""
+        if not updates:
+            return set()
+        return await self._accept_rows(updates, channel)
+
+    async def _accept_rows(
+        self, updates: Sequence[tuple[int, str, dict[str, Any]]], channel: str
+    ) -> set[int]:
+        batch = [
+            # The payload goes in as JSON text, stored exactly as `accept` always did.
+            {"update_id": u, "chat_key": k, "payload": json.dumps(p, ensure_ascii=False)}
+            for u, k, p in updates
+        ]
         params = {
             "channel": channel,
-            "update_id": update_id,
-            "chat_key": chat_key,
-            "payload": json.dumps(payload, ensure_ascii=False),
+            "batch": json.dumps(batch, ensure_ascii=False),
             "now": now_ms(),
         }
-        return await self._write("inbound_accept", params) == 1
+        rows = await self._db.write_returning(self._q.sql("inbound_accept_batch"), params)
+        return {int(row[0]) for row in rows}
 
     async def set_reply_message(self, channel: str, update_id: int, message_id: int) -> None:
         params = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pingu.store._time import now_ms, to_ms
 
@@ -81,8 +81,22 @@ class UsageRepository:
             "cost_estimate": record.cost_estimate,
             "created_at": record.created_at if record.created_at is not None else now_ms(),
         }
-        async with self._db.transaction() as conn:
-            await conn.execute_fetchall(self._q.sql("usage_insert"), params)
+        await self._db.write_statement(self._q.sql("usage_insert"), params)
+
+    async def totals_for_chat(self, chat_key: str) -> list[UsageTotal]:
+        """Usage by model of every session of one chat: `chat_key` itself, the sessions
+        `/new` started (`{chat_key}#N`) and sub-agent sessions (`...:delegate:...`)."""
+        rows = await self._db.read().execute_fetchall(
+            self._q.sql("usage_totals_for_chat"), _chat_ranges(chat_key)
+        )
+        return _totals(rows)
+
+    async def chat_conversations(self, chat_key: str) -> int:
+        """How many sessions (not counting sub-agents') a chat has had."""
+        rows = await self._db.read().execute_fetchall(
+            self._q.sql("usage_chat_conversations"), _chat_ranges(chat_key)
+        )
+        return int(rows[0][0]) if rows else 0
 
     async def totals(
         self,
@@ -99,17 +113,37 @@ class UsageRepository:
             raise ValueError(f"usage can be grouped by model, agent or day, not {grouping!r}")
         params = {"session_id": session_id, "since": to_ms(since)}
         rows = await self._db.read().execute_fetchall(self._q.sql(_QUERIES[grouping]), params)
-        return [
-            UsageTotal(
-                key=key,
-                calls=calls,
-                input_tokens=inp or 0,
-                cached_input_tokens=cached or 0,
-                output_tokens=out or 0,
-                reasoning_tokens=reasoning or 0,
-                total_tokens=total or 0,
-                cost_estimate=cost if priced else None,
-                unpriced_calls=calls - priced,
-            )
-            for key, calls, inp, cached, out, reasoning, total, cost, priced in rows
-        ]
+        return _totals(rows)
+
+
+def _prefix_end(prefix: str) -> str:
+    """The smallest string greater than every string starting with `prefix`."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _chat_ranges(chat_key: str) -> dict[str, str]:
+    numbered, delegated = f"{chat_key}#", f"{chat_key}:delegate:"
+    return {
+        "chat_key": chat_key,
+        "numbered": numbered,
+        "numbered_end": _prefix_end(numbered),
+        "delegated": delegated,
+        "delegated_end": _prefix_end(delegated),
+    }
+
+
+def _totals(rows: Any) -> list[UsageTotal]:
+    return [
+        UsageTotal(
+            key=key,
+            calls=calls,
+            input_tokens=inp or 0,
+            cached_input_tokens=cached or 0,
+            output_tokens=out or 0,
+            reasoning_tokens=reasoning or 0,
+            total_tokens=total or 0,
+            cost_estimate=cost if priced else None,
+            unpriced_calls=calls - priced,
+        )
+        for key, calls, inp, cached, out, reasoning, total, cost, priced in rows
+    ]

@@ -1,12 +1,6 @@
 -- The inbound update ledger and the current session of each chat (pingu.store.inbound).
 -- Timestamps: Unix ms.
 
--- name: inbound_accept!
-INSERT INTO inbound_updates (channel, update_id, chat_key, payload, status, created_at,
-                             updated_at)
-VALUES (:channel, :update_id, :chat_key, :payload, 'pending', :now, :now)
-ON CONFLICT (channel, update_id) DO NOTHING;
-
 -- name: inbound_set_reply_message!
 UPDATE inbound_updates SET reply_message_id = :message_id, updated_at = :now
 WHERE channel = :channel AND update_id = :update_id;
@@ -48,3 +42,16 @@ INSERT INTO channel_sessions (chat_key, session_id, updated_at)
 VALUES (:chat_key, :session_id, :now)
 ON CONFLICT (chat_key) DO UPDATE SET session_id = excluded.session_id,
                                      updated_at = excluded.updated_at;
+
+-- name: inbound_accept_batch
+-- A getUpdates batch in one statement (one transaction, one round trip): :batch is a JSON
+-- array of {"update_id", "chat_key", "payload"}; returns the update_ids that were new.
+-- (`WHERE true` lets SQLite parse the upsert after a SELECT.)
+INSERT INTO inbound_updates (channel, update_id, chat_key, payload, status, created_at,
+                             updated_at)
+SELECT :channel, json_extract(value, '$.update_id'), json_extract(value, '$.chat_key'),
+       json_extract(value, '$.payload'), 'pending', :now, :now
+FROM json_each(:batch)
+WHERE true
+ON CONFLICT (channel, update_id) DO NOTHING
+RETURNING update_id;

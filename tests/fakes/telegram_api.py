@@ -1076,6 +1076,7 @@ class FakeTelegram:
         self._next_conflict_at = 0.0
         self._commands: dict[tuple[str, str], list[dict[str, str]]] = {}
         self._injected: dict[str, list[_Injected]] = {}
+        self._stalls: dict[str, list[float]] = {}  # method -> response delays, in order
         self._changed = asyncio.Event()
         self._in_flight = 0
         self._last_activity = time.monotonic()
@@ -1140,6 +1141,11 @@ class FakeTelegram:
         self._injected.setdefault(method.lower(), []).append(
             _Injected(status, description, None, times)
         )
+
+    def stall(self, method: str, seconds: float, times: int = 1) -> None:
+        """The next `times` calls of `method` take effect (a message is sent, ...), then
+        their response is held back `seconds`: a client's read timeout after delivery."""
+        self._stalls.setdefault(method.lower(), []).extend([seconds] * times)
 
     async def wait_for(self, predicate: Callable[[], T], timeout: float = 5.0) -> T:  # noqa: ASYNC109
         loop = asyncio.get_running_loop()
@@ -1627,6 +1633,10 @@ class FakeTelegram:
                         self._in_flight += 1
                 else:
                     result = await handler(params)
+                    stalls = self._stalls.get(method.lower())
+                    if stalls:
+                        self._notify()  # the effect is visible before the response
+                        await asyncio.sleep(stalls.pop(0))
                 status, body = 200, {"ok": True, "result": result}
             except ApiError as exc:
                 status = exc.status

@@ -10,8 +10,9 @@ import datetime as dt
 import warnings
 from typing import Any
 
+import httpx
 import structlog
-from telegram import Bot, LinkPreviewOptions, ReplyParameters
+from telegram import Bot
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
 from telegram.request import HTTPXRequest
 
@@ -24,7 +25,28 @@ MAX_SEND_ATTEMPTS = 8
 # A retry_after longer than this is not waited for inside a turn (Telegram has banned us
 # for a long time; better to give up on this message than hang every turn).
 MAX_RETRY_AFTER_S = 600.0
-_NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+_NO_PREVIEW_JSON = {"is_disabled": True}
+# httpx failures that happen before a single byte of the request left this process:
+# Telegram surely never saw it, so sending again cannot duplicate anything. Any other
+# transport failure (a read timeout, a dropped connection, a write cut short) may come
+# after Telegram acted on the request.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+class DeliveryUncertain(TelegramError):
+    """A sendMessage failed in a way that does not tell whether Telegram delivered it.
+    It is not sent again: a possibly missing message is better than an answer twice."""
+
+
+def surely_not_sent(exc: BaseException) -> bool:
+    """True when a PTB TimedOut/NetworkError wraps a failure before the request left us
+    (PTB raises them `from` the httpx exception; see telegram/request/_httpxrequest.py),
+    or when Telegram answered with an error status (it did not act on the request)."""
+    cause = exc.__cause__
+    if cause is None:
+        # PTB raised it from an HTTP response (5xx and the like): Telegram refused it.
+        return not isinstance(exc, TimedOut)
+    return isinstance(cause, _NOT_SENT)
 
 
 class PollingBot(Bot):
@@ -44,7 +66,9 @@ class PollingBot(Bot):
         return result if isinstance(result, list) else []
 
 
-def build_bot(token: str, api_base_url: str, poll_timeout_s: int) -> PollingBot:
+def build_bot(
+    token: str, api_base_url: str, poll_timeout_s: int, *, read_timeout_s: float = 30.0
+) -> PollingBot:
     base = api_base_url.rstrip("/")
     return PollingBot(
         token,
@@ -54,7 +78,7 @@ def build_bot(token: str, api_base_url: str, poll_timeout_s: int) -> PollingBot:
         # rather than an error.
         request=HTTPXRequest(
             connection_pool_size=64,
-            read_timeout=30.0,
+            read_timeout=read_timeout_s,
             write_timeout=30.0,
             connect_timeout=10.0,
             pool_timeout=30.0,
@@ -112,26 +136,28 @@ class TelegramSender:
     ) -> int:
         """Send one chunk; returns its message_id. Waits out flood control; raises
         TelegramError when the message cannot be delivered."""
-        kwargs: dict[str, Any] = {
-            "chat_id": chat_id,
-            "message_thread_id": thread_id,
-            "link_preview_options": _NO_PREVIEW,
-        }
+        # Raw calls (Bot._post) rather than Bot.send_message: we need only the new
+        # message's id, and building PTB's Message object from every answer was a large
+        # part of the daemon's CPU per turn.
+        params: dict[str, Any] = {"chat_id": chat_id, "link_preview_options": _NO_PREVIEW_JSON}
+        if thread_id is not None:
+            params["message_thread_id"] = thread_id
         if reply_to is not None:
-            kwargs["reply_parameters"] = ReplyParameters(
-                message_id=reply_to, allow_sending_without_reply=True
-            )
+            params["reply_parameters"] = {
+                "message_id": reply_to,
+                "allow_sending_without_reply": True,
+            }
 
         async def html() -> Any:
-            return await self.bot.send_message(
-                text=render_html(markdown), parse_mode="HTML", **kwargs
+            return await self.bot._post(
+                "sendMessage", {**params, "text": render_html(markdown), "parse_mode": "HTML"}
             )
 
         async def plain() -> Any:
-            return await self.bot.send_message(text=markdown, **kwargs)
+            return await self.bot._post("sendMessage", {**params, "text": markdown})
 
-        message = await self._deliver(html, plain, what="sendMessage")
-        return int(message.message_id)
+        message = await self._deliver(html, plain, what="sendMessage", idempotent=False)
+        return int(message["message_id"])
 
     async def edit(
         self, chat_id: int, message_id: int, markdown: str, *, wait_out_flood: bool = True
@@ -139,19 +165,20 @@ class TelegramSender:
         """Replace a message's text. True when the message now shows this text. With
         `wait_out_flood` False (progressive edits) a 429 gives up at once."""
 
+        params: dict[str, Any] = {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "link_preview_options": _NO_PREVIEW_JSON,
+        }
+
         async def html() -> Any:
-            return await self.bot.edit_message_text(
-                render_html(markdown),
-                chat_id=chat_id,
-                message_id=message_id,
-                parse_mode="HTML",
-                link_preview_options=_NO_PREVIEW,
+            return await self.bot._post(
+                "editMessageText",
+                {**params, "text": render_html(markdown), "parse_mode": "HTML"},
             )
 
         async def plain() -> Any:
-            return await self.bot.edit_message_text(
-                markdown, chat_id=chat_id, message_id=message_id, link_preview_options=_NO_PREVIEW
-            )
+            return await self.bot._post("editMessageText", {**params, "text": markdown})
 
         try:
             await self._deliver(html, plain, what="editMessageText", wait_out_flood=wait_out_flood)
@@ -165,8 +192,11 @@ class TelegramSender:
 
     async def typing(self, chat_id: int, thread_id: int | None) -> None:
         """Best effort: a typing indicator that fails is not worth a retry."""
+        params: dict[str, Any] = {"chat_id": chat_id, "action": "typing"}
+        if thread_id is not None:
+            params["message_thread_id"] = thread_id
         try:
-            await self.bot.send_chat_action(chat_id, "typing", message_thread_id=thread_id)
+            await self.bot._post("sendChatAction", params)
         except TelegramError as exc:
             log.debug("telegram.typing_failed", chat_id=chat_id, error=self.describe(exc))
 
@@ -174,7 +204,13 @@ class TelegramSender:
         return redact(f"{type(exc).__name__}: {exc}", self._token)
 
     async def _deliver(
-        self, html: Any, plain: Any, *, what: str, wait_out_flood: bool = True
+        self,
+        html: Any,
+        plain: Any,
+        *,
+        what: str,
+        wait_out_flood: bool = True,
+        idempotent: bool = True,
     ) -> Any:
         send = html
         for attempt in range(1, MAX_SEND_ATTEMPTS + 1):
@@ -193,7 +229,15 @@ class TelegramSender:
                     continue
                 raise
             except (TimedOut, NetworkError) as exc:
-                # Connection trouble: the request most likely never arrived; try again.
+                if not idempotent and not surely_not_sent(exc):
+                    # A read timeout or a dropped connection may come after Telegram
+                    # delivered the message: sending it again could show the answer
+                    # twice, so the caller is told and decides (it never resends).
+                    log.warning(
+                        "telegram.delivery_uncertain", method=what, error=self.describe(exc)
+                    )
+                    raise DeliveryUncertain(self.describe(exc)) from None
+                # The request never reached Telegram (or an edit, which is idempotent).
                 if attempt == MAX_SEND_ATTEMPTS:
                     raise
                 log.warning("telegram.send_retry", method=what, error=self.describe(exc))

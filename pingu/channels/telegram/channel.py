@@ -84,6 +84,8 @@ NOT_TEXT_REPLY = "I can only read text for now."
 ERROR_REPLY = "Sorry, something went wrong while answering this message."
 # A message whose handling was interrupted this many times (crashes) is given up on.
 MAX_ATTEMPTS = 3
+# A turn shows "typing" once it has taken this long.
+TYPING_DELAY_S = 1.0
 # How long close() waits for answers still being delivered.
 CLOSE_GRACE_S = 15.0
 
@@ -126,6 +128,9 @@ class TelegramChannel:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._typing: dict[tuple[int, int | None], _Typing] = {}
         self._stop_requested: set[str] = set()  # sessions whose turn /stop cancelled
+        # Each chat's current session: only this channel changes it (/new), so it is read
+        # from the database once per chat, not once per message.
+        self._sessions: dict[str, str] = {}
         self._last_poll_ok: float | None = None
         self._last_error: str | None = None
         self._handled = 0
@@ -133,20 +138,30 @@ class TelegramChannel:
     # -- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
+        connected = True
         try:
             await self._connect()
         except InvalidToken:
             # `from None`: PTB's message quotes the token.
-            raise ValueError(
-                f"channel.{self.name}: Telegram refused the bot token; check "
-                f"channel.{self.name}.settings.bot_token"
-            ) from None
+            raise ValueError(self._refused_token_message()) from None
         except TelegramError as exc:
-            # Telegram unreachable: the polling loop keeps trying to connect.
+            # Telegram unreachable: the daemon runs on (/healthz says this channel is
+            # not ok) and the polling loop keeps trying to connect, with backoff.
+            connected = False
             self._last_error = self._sender.describe(exc)
-            log.warning("telegram.connect_failed", channel=self.name, error=self._last_error)
+            log.warning(
+                "telegram.connect_failed", channel=self.name, error=self._last_error, retry_in_s=1.0
+            )
         self._receiving = True
-        self._poller = asyncio.create_task(self._run(), name=f"telegram:{self.name}:poll")
+        self._poller = asyncio.create_task(
+            self._run(retry_first=not connected), name=f"telegram:{self.name}:poll"
+        )
+
+    def _refused_token_message(self) -> str:
+        return (
+            f"channel.{self.name}: Telegram refused the bot token; check "
+            f"channel.{self.name}.settings.bot_token"
+        )
 
     async def stop_receiving(self) -> None:
         self._receiving = False
@@ -198,14 +213,26 @@ class TelegramChannel:
 
     # -- polling --------------------------------------------------------------------
 
-    async def _run(self) -> None:
+    async def _run(self, *, retry_first: bool = False) -> None:
         backoff = 1.0
+        if retry_first:  # start() has just tried
+            if await self._sleep_or_stop(backoff):
+                return
+            backoff = 2.0
         while self._receiving and not self._connected:
             try:
                 await self._connect()
             except Exception as exc:
-                self._last_error = self._sender.describe(exc)
-                log.warning("telegram.connect_failed", channel=self.name, error=self._last_error)
+                if isinstance(exc, InvalidToken):  # revoked while we were away
+                    self._last_error = self._refused_token_message()
+                else:
+                    self._last_error = self._sender.describe(exc)
+                log.warning(
+                    "telegram.connect_failed",
+                    channel=self.name,
+                    error=self._last_error,
+                    retry_in_s=backoff,
+                )
                 if await self._sleep_or_stop(backoff):
                     return
                 backoff = min(backoff * 2, 60.0)
@@ -270,27 +297,27 @@ class TelegramChannel:
 
     async def _ingest(self, batch: list[Any], offset: int | None) -> int | None:
         """Record the batch, then handle what is new. Returns the next offset, which
-        confirms the batch: only reached once every update of it is in the ledger."""
-        fresh: list[tuple[int, dict[str, Any]]] = []
+        confirms the batch: only reached once every update of it is in the ledger.
+        The batch is recorded in one transaction: if that fails, nothing is recorded,
+        the offset stays and Telegram sends the same batch again."""
+        records: list[tuple[int, str, dict[str, Any]]] = []
         highest = offset - 1 if offset is not None else None
-        try:
-            for payload in batch:
-                update_id = update_id_of(payload)
-                if update_id is None:
-                    log.warning("telegram.malformed_update", reason="no update_id")
-                    continue
-                accepted = await self._db.inbound.accept(
-                    self.name, update_id, chat_key_of(payload), payload
-                )
-                highest = update_id if highest is None else max(highest, update_id)
-                if accepted:
-                    fresh.append((update_id, payload))
-                else:
-                    log.info("telegram.duplicate_update", update_id=update_id)
-        finally:
-            # If recording failed part-way, the offset stays and the batch comes again;
-            # what was recorded is handled now, since next time it counts as a duplicate.
-            await self._route_all(fresh)
+        for payload in batch:
+            update_id = update_id_of(payload)
+            if update_id is None:
+                log.warning("telegram.malformed_update", reason="no update_id")
+                continue
+            records.append((update_id, chat_key_of(payload), payload))
+            highest = update_id if highest is None else max(highest, update_id)
+        new_ids = await self._db.inbound.accept_many(self.name, records)
+        fresh: list[tuple[int, dict[str, Any]]] = []
+        for update_id, _, payload in records:
+            if update_id in new_ids:
+                new_ids.discard(update_id)  # an id twice in one batch is handled once
+                fresh.append((update_id, payload))
+            else:
+                log.info("telegram.duplicate_update", update_id=update_id)
+        await self._route_all(fresh)
         return None if highest is None else highest + 1
 
     async def _route_all(self, fresh: list[tuple[int, dict[str, Any]]]) -> None:
@@ -323,7 +350,7 @@ class TelegramChannel:
         if incoming.user_id not in self._allowed:
             self._spawn(self._refuse(incoming))
             return
-        log.info(
+        log.debug(
             "telegram.accepted",
             update_id=update_id,
             chat=incoming.chat_key,
@@ -399,16 +426,20 @@ class TelegramChannel:
             # A resumed update: its turn may have been saved before the crash.
             ref, saved = await self._saved_turn(update_id)
             if saved is not None:
-                failed = saved.status not in (COMPLETED, LIMITED)
-                text = ERROR_REPLY if failed and not saved.reply_text else saved.reply_text
-                log.info("telegram.resume_saved_answer", update_id=update_id, turn=saved.id)
-                self._spawn(self._deliver(incoming, streamer, text, "failed" if failed else "done"))
+                text, status = _saved_answer(saved)
+                log.info(
+                    "telegram.resume_saved_answer",
+                    update_id=update_id,
+                    turn=saved.id,
+                    turn_status=saved.status,
+                )
+                self._spawn(self._deliver(incoming, streamer, text, status))
                 return
             if attempts > MAX_ATTEMPTS:
                 log.error("telegram.giving_up", update_id=update_id, attempts=attempts)
                 self._spawn(self._deliver(incoming, streamer, ERROR_REPLY, "failed"))
                 return
-        session_id = await self._db.inbound.current_session(incoming.chat_key)
+        session_id = await self._current_session(incoming.chat_key)
         request = TurnRequest(
             session_id=session_id,
             user_message=incoming.text,
@@ -424,9 +455,13 @@ class TelegramChannel:
         self._spawn(self._await_turn(incoming, session_id, future, streamer))
 
     async def _saved_turn(self, update_id: int) -> tuple[str, Any]:
-        """The saved turn of an update (not one cancelled by a shutdown), or the
-        inbound_ref a new run should use: a cancelled turn keeps its ref (the ref is
-        unique), so a re-run gets the next one."""
+        """The saved turn of an update, or the inbound_ref a new run should use.
+
+        A cancelled turn is run again: it was cancelled by a shutdown before its answer
+        was delivered (a turn /stop cancelled is closed in the ledger with its "Stopped."
+        reply, so it is not resumed). It keeps its ref (refs are unique), so the re-run
+        gets the next one ('#2', ...). A failed or limited turn is an answer: the user is
+        told what the live turn would have said, and the model is not asked again."""
         attempt = 1
         while True:
             ref = f"telegram:{update_id}" if attempt == 1 else f"telegram:{update_id}#{attempt}"
@@ -521,6 +556,9 @@ class TelegramChannel:
                     del self._typing[key]
 
     async def _keep_typing(self, chat_id: int, thread_id: int | None) -> None:
+        # Only for turns that take a while: a quick answer is its own sign of life, and
+        # a sendChatAction per message costs a request for nothing.
+        await asyncio.sleep(min(TYPING_DELAY_S, self._settings.typing_interval_s))
         while True:
             await self._sender.typing(chat_id, thread_id)
             await asyncio.sleep(self._settings.typing_interval_s)
@@ -553,10 +591,11 @@ class TelegramChannel:
         if command == "new":
             # Here, not in a task: messages after /new must go to the new session.
             session_id = await self._db.inbound.start_new_session(incoming.chat_key)
+            self._sessions[incoming.chat_key] = session_id
             log.info("telegram.new_session", chat=incoming.chat_key, session=session_id)
             reply = "Started a new conversation. The previous one is kept."
         elif command == "stop":
-            session_id = await self._db.inbound.current_session(incoming.chat_key)
+            session_id = await self._current_session(incoming.chat_key)
             if self._dispatcher.cancel(session_id):
                 # The stopped turn's own message says so: no second reply.
                 self._stop_requested.add(session_id)
@@ -583,8 +622,15 @@ class TelegramChannel:
             reply = ERROR_REPLY
         await self._reply_and_finish(incoming, reply, "done")
 
+    async def _current_session(self, chat_key: str) -> str:
+        session_id = self._sessions.get(chat_key)
+        if session_id is None:
+            session_id = await self._db.inbound.current_session(chat_key)
+            self._sessions[chat_key] = session_id
+        return session_id
+
     async def _status_text(self, incoming: Incoming) -> str:
-        session_id = await self._db.inbound.current_session(incoming.chat_key)
+        session_id = await self._current_session(incoming.chat_key)
         agent = self._runtime.default_agent_name
         model = self._config.llm_for(self._runtime.resolve_agent(agent)).model
         turns = await self._db.history.count_turns(session_id)
@@ -600,17 +646,22 @@ class TelegramChannel:
 
     async def _usage_text(self, incoming: Incoming) -> str:
         # The chat's sessions: its first one, those /new started ('#2', ...) and their
-        # sub-agents' sessions ('...:delegate:<agent>'); not the topics of a group.
+        # sub-agents' sessions ('...:delegate:<agent>'); not the topics of a group. One
+        # query over them, however many sessions the database holds.
         key = incoming.chat_key
-        sessions = [
-            s.id
-            for s in await self._db.history.list_sessions()
-            if s.id == key or s.id.startswith((f"{key}#", f"{key}:delegate:"))
-        ]
         totals = _UsageSum()
-        for session_id in sessions:
-            totals.add(await self._db.usage.totals(session_id=session_id))
-        return totals.describe(len([s for s in sessions if ":delegate:" not in s]))
+        totals.add(await self._db.usage.totals_for_chat(key))
+        return totals.describe(await self._db.usage.chat_conversations(key))
+
+
+def _saved_answer(turn: Any) -> tuple[str, str]:
+    """What a live turn with this saved outcome delivered, and the ledger status."""
+    if turn.status == COMPLETED:
+        return turn.reply_text, "done"
+    if turn.status == LIMITED:
+        # The explanation of the limit is the turn's answer (saved as its error).
+        return turn.error or turn.reply_text or ERROR_REPLY, "done"
+    return ERROR_REPLY, "failed"
 
 
 class _UsageSum:

@@ -20,12 +20,15 @@ import structlog
 from telegram.error import BadRequest, TelegramError
 
 from pingu.agent.events import AgentEvent, AgentMessage, TextDelta
-from pingu.channels.telegram.api import TelegramSender
+from pingu.channels.telegram.api import DeliveryUncertain, TelegramSender
 from pingu.channels.telegram.render import split_markdown
 
 log = structlog.get_logger("pingu.channels.telegram")
 
 EMPTY_ANSWER = "(The agent finished without a text answer.)"
+# Recorded as the answer's message id when its sendMessage may or may not have arrived
+# (DeliveryUncertain): Telegram's ids are positive, so 0 means "sent, id unknown".
+UNKNOWN_MESSAGE_ID = 0
 
 
 @dataclass
@@ -66,6 +69,9 @@ class ReplyStreamer:
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
         self._edits = 0
+        # A progress message whose sendMessage was uncertain: it may show a part of the
+        # answer, but cannot be edited into the whole of it.
+        self._progress_lost = False
 
     @property
     def streamed_text(self) -> str:
@@ -93,8 +99,15 @@ class ReplyStreamer:
         await self._stop_flusher()
         chunks = split_markdown(text) or [EMPTY_ANSWER]
         first = chunks[0]
-        if self._state.message_id is None:
+        if self._state.message_id is None or self._progress_lost:
+            # (After a lost progress message the final text goes out once, anew: the
+            # answer itself was never sent, only possibly a prefix of it.)
+            self._progress_lost = False
             await self._create(first)
+        elif self._state.message_id == UNKNOWN_MESSAGE_ID:
+            # Resumed after an uncertain send of this answer's first message: it may well
+            # be in the chat already, and it cannot be edited. Never send it twice.
+            log.info("telegram.first_message_uncertain_skipped")
         elif self._shown != first:
             try:
                 await self._sender.edit(self._chat_id, self._state.message_id, first)
@@ -104,7 +117,10 @@ class ReplyStreamer:
                 await self._create(first)
         self._shown = first
         for index in range(max(1, self._state.chunks_sent), len(chunks)):
-            await self._sender.send(self._chat_id, chunks[index], thread_id=self._thread_id)
+            try:
+                await self._sender.send(self._chat_id, chunks[index], thread_id=self._thread_id)
+            except DeliveryUncertain:
+                pass  # counted as sent: a chunk possibly missing, never one twice
             self._state.chunks_sent = index + 1
             await self._on_chunks_sent(index + 1)
 
@@ -113,9 +129,14 @@ class ReplyStreamer:
         await self._stop_flusher()
 
     async def _create(self, markdown: str) -> None:
-        message_id = await self._sender.send(
-            self._chat_id, markdown, thread_id=self._thread_id, reply_to=self._reply_to
-        )
+        try:
+            message_id = await self._sender.send(
+                self._chat_id, markdown, thread_id=self._thread_id, reply_to=self._reply_to
+            )
+        except DeliveryUncertain:
+            # Maybe in the chat, id unknown: recorded so that neither this process nor a
+            # restarted one sends it again.
+            message_id = UNKNOWN_MESSAGE_ID
         self._state.message_id = message_id
         self._shown = markdown
         await self._on_message_created(message_id)
@@ -158,6 +179,9 @@ class ReplyStreamer:
         try:
             if self._state.message_id is None:
                 await self._create(first)
+                if self._state.message_id == UNKNOWN_MESSAGE_ID:
+                    self._progress_lost = True
+                    self._frozen = True  # nothing left to edit
             elif await self._sender.edit(
                 self._chat_id, self._state.message_id, first, wait_out_flood=False
             ):
