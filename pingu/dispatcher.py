@@ -30,11 +30,31 @@ class DispatcherClosed(RuntimeError):
     """The dispatcher is draining or drained and takes no new turns."""
 
 
+# Why a turn was cancelled, as `cancel_reason(future)` tells the submitter: a shutdown
+# (the drain ran out of grace) leaves work to resume after the restart; any other cancel
+# (a user's /stop, the HTTP API) is the turn's end.
+CANCEL_USER = "user"
+CANCEL_SHUTDOWN = "shutdown"
+
+
+def cancel_reason(future: asyncio.Future[TurnResult]) -> str | None:
+    """CANCEL_USER or CANCEL_SHUTDOWN for a future `submit` returned that was cancelled;
+    None if it was not cancelled."""
+    if not future.cancelled():
+        return None
+    try:
+        future.result()
+    except asyncio.CancelledError as exc:
+        return str(exc.args[0]) if exc.args and exc.args[0] else CANCEL_USER
+    return CANCEL_USER  # unreachable: a cancelled future raises
+
+
 @dataclass
 class _Job:
     request: TurnRequest
     sink: EventSink
     future: asyncio.Future[TurnResult]
+    cancel_reason: str | None = None  # the first cancel's reason wins
 
 
 @dataclass
@@ -42,6 +62,7 @@ class _Session:
     queue: deque[_Job] = field(default_factory=deque)
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[TurnResult] | None = None
+    current_job: _Job | None = None
 
 
 class Dispatcher:
@@ -66,18 +87,22 @@ class Dispatcher:
             )
         return future
 
-    def cancel(self, session_id: str, *, queued: bool = False) -> bool:
+    def cancel(self, session_id: str, *, queued: bool = False, reason: str = CANCEL_USER) -> bool:
         """Cancel the running turn of a session (and, with `queued`, the turns waiting
-        behind it). True if there was something to cancel."""
+        behind it). True if there was something to cancel. `reason` is what
+        `cancel_reason` tells the submitters of the cancelled turns."""
         session = self._sessions.get(session_id)
         if session is None:
             return False
         cancelled = False
         if queued:
             while session.queue:
-                session.queue.popleft().future.cancel()
+                session.queue.popleft().future.cancel(msg=reason)
                 cancelled = True
         if session.current is not None and not session.current.done():
+            job = session.current_job
+            if job is not None and job.cancel_reason is None:
+                job.cancel_reason = reason
             session.current.cancel()
             cancelled = True
         return cancelled
@@ -107,7 +132,7 @@ class Dispatcher:
         if late:
             log.warning("drain_cancelling", sessions=len(self._sessions))
             for session_id in list(self._sessions):
-                self.cancel(session_id, queued=True)
+                self.cancel(session_id, queued=True, reason=CANCEL_SHUTDOWN)
             await asyncio.wait(late)
 
     async def _work(self, session_id: str, session: _Session) -> None:
@@ -116,29 +141,35 @@ class Dispatcher:
                 job = session.queue.popleft()
                 if job.future.cancelled():
                     continue
+                session.current_job = job
                 session.current = asyncio.create_task(
                     self._runtime.run_turn(job.request, job.sink),
                     name=f"turn:{session_id}",
                 )
                 # The worker itself is never cancelled: cancel() targets the turn task.
                 await asyncio.wait([session.current])
-                _settle(job.future, session.current)
+                _settle(job, session.current)
                 session.current = None
+                session.current_job = None
         finally:
             # Only reached with work left if the worker itself was cancelled (event loop
             # shutdown): nothing may be left waiting forever.
             if session.current is not None and not session.current.done():
+                if session.current_job is not None and session.current_job.cancel_reason is None:
+                    session.current_job.cancel_reason = CANCEL_SHUTDOWN
                 session.current.cancel()
             while session.queue:
-                session.queue.popleft().future.cancel()
+                session.queue.popleft().future.cancel(msg=CANCEL_SHUTDOWN)
             session.current = None
+            session.current_job = None
             session.worker = None
             # Nothing can have been queued between the last check and here: no await.
             if self._sessions.get(session_id) is session:
                 del self._sessions[session_id]
 
 
-def _settle(future: asyncio.Future[TurnResult], task: asyncio.Task[TurnResult]) -> None:
+def _settle(job: _Job, task: asyncio.Task[TurnResult]) -> None:
+    future = job.future
     if future.done():
         # The caller gave up on the future; still retrieve the outcome so it is not logged
         # as "never retrieved".
@@ -146,7 +177,8 @@ def _settle(future: asyncio.Future[TurnResult], task: asyncio.Task[TurnResult]) 
             task.result()
         return
     if task.cancelled():
-        future.cancel()
+        # (A turn cancelled from inside, e.g. a timeout, ended: as if a user stopped it.)
+        future.cancel(msg=job.cancel_reason or CANCEL_USER)
         return
     error = task.exception()
     if error is not None:

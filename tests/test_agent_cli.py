@@ -215,3 +215,28 @@ def test_usage_prints_totals_by_model_agent_and_day(tmp_path: Path) -> None:
 
     bad = runner.invoke(usage_command, ["--config", str(config), "--since", "March"])
     assert bad.exit_code == 2 and "'March' does not match the format '%Y-%m-%d'" in bad.output
+
+
+async def test_piped_chat_exits_1_when_its_last_turn_failed(
+    fake_responses: FakeResponsesAPI, tmp_path: Path
+) -> None:
+    # No API key anywhere (start_chat drops OPENAI_API_KEY from the environment).
+    config = tmp_path / "config.toml"
+    config.write_text(config_text(fake_responses, tmp_path).replace("api_key", "# api_key"))
+    proc = await start_chat(config)
+    assert proc.stdin is not None
+    proc.stdin.write(b"hi\n")
+    proc.stdin.close()
+    code, out, err = await finish(proc)
+    assert code == 1, (out, err)
+    assert "error:" in out
+
+    # With the key, the same piped chat answers and exits 0.
+    config.write_text(config_text(fake_responses, tmp_path))
+    fake_responses.queue(text("Fine now."))
+    proc = await start_chat(config)
+    assert proc.stdin is not None
+    proc.stdin.write(b"hi again\n")
+    proc.stdin.close()
+    code, out, _ = await finish(proc)
+    assert code == 0 and "Fine now." in out

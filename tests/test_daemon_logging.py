@@ -30,7 +30,7 @@ class TTYStringIO(io.StringIO):
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    quiet = {name: logging.getLogger(name).level for name in ("httpx", "httpx2")}
+    quiet = {name: logging.getLogger(name).level for name in ("httpx", "httpx2", "aiosqlite")}
     saved = structlog.get_config()
     hooks = (sys.excepthook, threading.excepthook)
     yield
@@ -155,6 +155,34 @@ def test_per_request_http_client_logs_are_quiet() -> None:
         logging.getLogger(name).info('HTTP Request: POST https://api.telegram.org/bot1/x "200"')
         logging.getLogger(name).warning("connection pool full")
     assert [e["logger"] for e in json_lines(out)] == ["httpx", "httpx2"]
+
+
+def test_bearer_redaction_stays_on_its_line() -> None:
+    traceback_text = (
+        'File "app.py", line 3, in check_bearer\n'
+        "  # Bearer\n"
+        "    return await handler(request)\n"
+        "*** await handler(request)"
+    )
+    redactor = Redactor([])
+    assert redactor.redact_text(traceback_text) == traceback_text
+    assert redactor.redact_line("see Bearer\nsecond line") == "see Bearer\nsecond line"
+    assert redactor.redact_text("Authorization: Bearer\tabc") == "Authorization: Bearer\t***"
+
+
+async def test_sql_statements_never_reach_the_log_at_debug(tmp_path) -> None:
+    from pingu.store.db import Database
+
+    out = io.StringIO()
+    configure_logging("debug", "json", SECRETS, stream=out)
+    db = await Database.open(tmp_path / "pingu.db")
+    try:
+        await db.history.ensure_session("http:s", "http")
+        await db.history.save_turn("http:s", "my private message", [], model="m")
+    finally:
+        await db.close()
+    assert "my private message" not in out.getvalue()
+    assert not [e for e in json_lines(out) if e.get("logger") == "aiosqlite"]
 
 
 def test_uncaught_exceptions_go_through_the_redacting_logger() -> None:

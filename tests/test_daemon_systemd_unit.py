@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pingu.daemon.app import DEFAULT_GRACE_S
+from pingu.channels.telegram.channel import CLOSE_GRACE_S
+from pingu.daemon.app import DEFAULT_GRACE_S, HTTP_SHUTDOWN_TIMEOUT_S
 
 UNIT = Path(__file__).resolve().parents[1] / "systemd" / "pingu.service"
 
@@ -48,7 +49,9 @@ def test_unit_is_a_hardened_notify_service() -> None:
 
     grace = float(re.search(r"--grace (\S+)", service["ExecStart"]).group(1))  # type: ignore[union-attr]
     assert grace == DEFAULT_GRACE_S
-    assert seconds(service["TimeoutStopSec"]) > grace, "systemd would kill a graceful stop"
+    # The whole stop: the grace, then Telegram deliveries, then the HTTP server.
+    longest_stop = grace + CLOSE_GRACE_S + HTTP_SHUTDOWN_TIMEOUT_S
+    assert seconds(service["TimeoutStopSec"]) > longest_stop, "systemd would kill a stop"
 
     assert service["StateDirectory"] == "pingu"
     assert "PINGU_STATE_DIR=/var/lib/pingu" in unit["Service"]["Environment"]

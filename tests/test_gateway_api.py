@@ -324,6 +324,13 @@ async def test_unknown_session_is_404(http: aiohttp.ClientSession, daemon: Daemo
         (b'{"session_id": "s", "message": "hi", "extra": 1}', 400, "invalid_request"),
         (b'{"session_id": "s", "message": "hi", "agent": "nobody"}', 404, "unknown_agent"),
         (b'{"session_id": "s", "message": "' + b"x" * MAX_BODY + b'"}', 413, "body_too_large"),
+        # Deeper than Python's recursion limit (a RecursionError was a 500).
+        (b'{"a": ' + b"[" * 1900 + b"]" * 1900 + b"}", 400, "invalid_json"),
+        # Lone surrogates: valid JSON, but no UTF-8 text can hold them (the turn failed
+        # inside a 200 stream and the message was lost).
+        (b'{"session_id": "s", "message": "a\\ud800"}', 400, "invalid_request"),
+        (b'{"session_id": "a\\ud800", "message": "hi"}', 400, "invalid_request"),
+        (b'{"session_id": "s", "message": "hi", "agent": "\\udfff"}', 400, "invalid_request"),
     ],
 )
 async def test_malformed_chat_requests(
@@ -364,6 +371,19 @@ async def test_wrong_method_and_unknown_route(
         await expect_error(r, 404, "not_found")
     async with http.get(daemon.url("/v1/sessions?limit=zero"), headers=AUTH) as r:
         await expect_error(r, 400, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    "query", ["offset=9223372036854775800", "offset=1000000001", "limit=9223372036854775807"]
+)
+async def test_huge_page_bounds_are_refused(
+    http: aiohttp.ClientSession, daemon: DaemonProcess, query: str
+) -> None:
+    async with http.get(daemon.url(f"/v1/sessions?{query}"), headers=AUTH) as r:
+        await expect_error(r, 400, "invalid_request")
+    async with http.get(daemon.url("/v1/sessions?offset=1000000000"), headers=AUTH) as r:
+        assert r.status == 200
+        assert (await r.json())["sessions"] == []
 
 
 # -- openapi ---------------------------------------------------------------------------

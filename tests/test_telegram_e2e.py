@@ -6,12 +6,15 @@ messages in the chat, after all edits), the requests the model got, and the data
 from __future__ import annotations
 
 import asyncio
+import shlex
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
+from pingu.config.loader import load_config
 from pingu.store.db import Database
-from tests.fakes.daemon import DaemonProcess, write_config
+from tests.fakes.daemon import DaemonProcess, daemon_env, write_config
 from tests.fakes.responses_api import FakeResponsesAPI, Reply, function_calls, slow, text
 from tests.fakes.telegram_api import FakeTelegram
 
@@ -72,6 +75,27 @@ async def wait_answers(
         raise AssertionError(
             f"chat {chat_id}: wanted {expected!r}, the chat shows {shown!r}"
         ) from None
+
+
+async def run_allow_hint(
+    tmp_path: Path, hint: str, allowed: tuple[int, ...], new_user: int
+) -> None:
+    """Run the `pingu config set` command a refusal's hint suggests, for real, on a copy
+    of the config: it must succeed and allow the new user without dropping the others."""
+    command = shlex.split(hint.partition(": ")[2])
+    assert command[:3] == ["pingu", "config", "set"]
+    config = tmp_path / "hint-config.toml"
+    config.write_text((tmp_path / "config.toml").read_text(encoding="utf-8"), encoding="utf-8")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pingu", *command[1:],
+        env=daemon_env({"PINGU_CONFIG": str(config)}),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await process.communicate()
+    assert process.returncode == 0, (out + err).decode()
+    loaded = load_config(config, env={})
+    assert loaded.channels["tg"].settings.allowed_users == (*allowed, new_user)
 
 
 async def wait_handled(daemon: DaemonProcess, count: int) -> None:
@@ -238,7 +262,8 @@ async def test_access_groups_topics_delegation_splitting_and_odd_updates(
     assert {"what is 2+2?", "topic question", "find the answer"} <= set(asked)
     assert daemon.find("telegram.ignored", reason="message without a chat")
     refused = daemon.find("telegram.refused", user_id=OTHER_USER)
-    assert refused and "allowed_users 222" in refused[0]["hint"]
+    assert refused
+    await run_allow_hint(tmp_path, refused[0]["hint"], allowed, OTHER_USER)
     # Every chat's first message reached the model before any second one: chats did not
     # queue behind each other, and each chat kept its order.
     concurrent = [q for q in asked if q in ("first", "second")]

@@ -9,9 +9,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from pingu.agent.events import TextDelta
+from pingu.channels.telegram import stream as stream_module
 from pingu.channels.telegram.api import TelegramSender, build_bot
 from pingu.channels.telegram.render import split_markdown
-from pingu.channels.telegram.stream import UNKNOWN_MESSAGE_ID, DeliveryState, ReplyStreamer
+from pingu.channels.telegram.stream import (
+    PROGRESS_WINDOW,
+    UNKNOWN_MESSAGE_ID,
+    DeliveryState,
+    ReplyStreamer,
+)
 from tests.fakes.telegram_api import FakeTelegram
 
 CHAT = 111
@@ -156,3 +162,33 @@ async def test_an_uncertain_extra_chunk_is_counted_as_sent_and_an_edit_is_retrie
     assert [t.split(" ")[1] for t in shown if t] == ["0", "1", "2"]
     assert ledger.chunks_sent == [2, 3]
     assert len(fake_telegram.calls("editMessageText")) >= 1
+
+
+async def test_progress_splits_only_the_first_message_worth_of_a_long_answer(
+    fake_telegram: FakeTelegram, sender: TelegramSender, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Splitting a whole 2 MB answer for a progress edit blocked the event loop: progress
+    renders only what can still change, the full split happens once, at the end."""
+    split_sizes: list[int] = []
+
+    def recording_split(markdown: str, *args: object) -> list[str]:
+        split_sizes.append(len(markdown))
+        return split_markdown(markdown, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stream_module, "split_markdown", recording_split)
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    reply = streamer(sender, Ledger(), DeliveryState(), interval=0.0)
+    await reply.sink(TextDelta("Start. "))
+    await fake_telegram.wait_for(lambda: fake_telegram.chat_texts(CHAT) == ["Start."])
+    bulk = "\n\n".join(f"Paragraph {n} " + "word " * 200 for n in range(500))
+    await reply.sink(TextDelta(bulk))
+    await fake_telegram.wait_for(lambda: len(fake_telegram.calls("editMessageText")) >= 1)
+    during_streaming = list(split_sizes)
+    answer = "Start. " + bulk
+    await reply.finish(answer)
+
+    assert max(during_streaming) <= PROGRESS_WINDOW < len(answer)
+    assert split_sizes.count(len(answer)) == 1  # the final delivery's one full split
+    shown = fake_telegram.chat_texts(CHAT)
+    assert shown[0] is not None and shown[0].startswith("Start. Paragraph 0")
+    assert "".join(t or "" for t in shown).count("Paragraph 499 ") == 1

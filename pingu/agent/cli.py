@@ -27,7 +27,7 @@ from pingu.agent.events import (
     TurnDone,
     TurnError,
 )
-from pingu.agent.turn import TurnRequest
+from pingu.agent.turn import FAILED, TurnRequest
 from pingu.config import config_option, load_config_or_exit
 from pingu.config.model import Config
 
@@ -84,6 +84,7 @@ async def _chat(config: Config, session_id: str, agent_name: str | None) -> int:
             "Ctrl-C cancels a turn, Ctrl-D or /exit leaves"
         )
         lines = _StdinLines(sys.stdin)
+        last_failed = False
         while True:
             if interactive:
                 click.echo(click.style("you> ", bold=True), nl=False)
@@ -102,10 +103,13 @@ async def _chat(config: Config, session_id: str, agent_name: str | None) -> int:
                 channel_id=session_id,
                 agent=profile.name,
             )
-            await _run_one_turn(runtime, request)
+            last_failed = not await _run_one_turn(runtime, request)
         if interactive:
             click.echo()
-        return 0
+            return 0
+        # Piped (`echo hi | pingu chat`): a script learns from the exit code that the
+        # answer it waited for did not come (the error itself is printed).
+        return 1 if last_failed else 0
     finally:
         if lines is not None:
             lines.close()
@@ -113,7 +117,8 @@ async def _chat(config: Config, session_id: str, agent_name: str | None) -> int:
         await db.close()
 
 
-async def _run_one_turn(runtime: Any, request: TurnRequest) -> None:
+async def _run_one_turn(runtime: Any, request: TurnRequest) -> bool:
+    """Run one turn, printing it; False if it failed."""
     printer = _TurnPrinter(sys.stdout)
     task = asyncio.create_task(runtime.run_turn(request, printer.show))
     loop = asyncio.get_running_loop()
@@ -123,8 +128,10 @@ async def _run_one_turn(runtime: Any, request: TurnRequest) -> None:
         loop.add_signal_handler(signal.SIGINT, task.cancel)
     except (NotImplementedError, RuntimeError):
         handled = False
+    ok = True
     try:
-        await task
+        result = await task
+        ok = result.status != FAILED
     except asyncio.CancelledError:
         if not task.cancelled():
             raise  # we ourselves are being cancelled
@@ -134,6 +141,7 @@ async def _run_one_turn(runtime: Any, request: TurnRequest) -> None:
         if handled:
             loop.remove_signal_handler(signal.SIGINT)
     printer.end_line()
+    return ok
 
 
 class _TurnPrinter:

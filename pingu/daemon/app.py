@@ -34,7 +34,7 @@ from pingu.daemon.notify import Notifier
 
 log = structlog.get_logger("pingu.daemon")
 
-DEFAULT_GRACE_S = 20.0  # below systemd's TimeoutStopSec (30 s in systemd/pingu.service)
+DEFAULT_GRACE_S = 20.0  # + channel close + HTTP shutdown: below TimeoutStopSec (45 s)
 HTTP_SHUTDOWN_TIMEOUT_S = 3.0  # streams have ended by then: the dispatcher has drained
 
 STARTING = "starting"

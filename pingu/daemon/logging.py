@@ -37,12 +37,21 @@ LEVELS = {
 FORMATS = ("auto", "json", "console")
 
 # Libraries that log one INFO line per HTTP request with the full URL; Telegram's URLs
-# contain the bot token, and the lines are noise in the journal anyway.
-QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "telegram.ext.Updater")
+# contain the bot token, and the lines are noise in the journal anyway. aiosqlite logs
+# every SQL statement with its parameters (user messages, model output) at DEBUG.
+QUIET_LOGGERS = (
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "telegram.ext.Updater",
+    "aiosqlite",
+)
 
 # `.../bot123456:AAE...` in Telegram Bot API URLs, and HTTP bearer credentials.
 _BOT_TOKEN = re.compile(r"(bot)\d{3,}:[A-Za-z0-9_-]{10,}")
-_BEARER = re.compile(r"(Bearer\s+)[^\s\"',;]+", re.IGNORECASE)
+# Spaces or tabs only: across a line break "Bearer" is prose (a traceback), not a header.
+_BEARER = re.compile(r"(Bearer[ \t]+)[^\s\"',;]+", re.IGNORECASE)
 
 
 class LogConfigError(ValueError):

@@ -45,6 +45,9 @@ HTTP_CHANNEL = "http"
 MAX_SESSION_ID_LENGTH = 200
 MAX_PAGE_SIZE = 200
 DEFAULT_PAGE_SIZE = 50
+# Far beyond any real list of sessions, far below SQLite's 64-bit integers (an offset
+# near 2**63 overflowed into a 500).
+MAX_OFFSET = 1_000_000_000
 KEEPALIVE_INTERVAL_S = 15.0
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -208,6 +211,7 @@ class _Gateway:
         message = body.get("message")
         if not isinstance(message, str) or not message.strip():
             raise ApiError(400, "invalid_request", "'message' must be a non-empty string")
+        _check_unicode(message, "message")
         unknown = sorted(set(body) - {"session_id", "message", "agent"})
         if unknown:
             raise ApiError(400, "invalid_request", f"unknown field(s): {', '.join(unknown)}")
@@ -215,6 +219,7 @@ class _Gateway:
         if agent is not None:
             if not isinstance(agent, str) or not agent:
                 raise ApiError(400, "invalid_request", "'agent' must be a non-empty string")
+            _check_unicode(agent, "agent")
             try:
                 self._runtime.resolve_agent(agent)
             except LookupError as exc:
@@ -289,7 +294,7 @@ class _Gateway:
 
     async def list_sessions(self, request: web.Request) -> web.Response:
         limit = _int_query(request, "limit", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
-        offset = _int_query(request, "offset", 0, 0, None)
+        offset = _int_query(request, "offset", 0, 0, MAX_OFFSET)
         # One extra row tells whether there is a next page.
         rows = await self._db.history.list_sessions(limit=offset + limit + 1)
         page = [_session_json(s) for s in rows[offset : offset + limit]]
@@ -351,6 +356,8 @@ async def _read_json_object(request: web.Request, limit: int) -> dict[str, Any]:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "request body must be a JSON object")
     return body
@@ -365,7 +372,19 @@ def _session_id(value: Any, what: str) -> str:
         )
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ApiError(400, "invalid_request", f"'{what}' contains control characters")
+    _check_unicode(value, what)
     return value
+
+
+def _check_unicode(value: str, what: str) -> None:
+    """JSON can carry lone surrogates ("\\ud800"), which no UTF-8 text (the database,
+    Telegram, the model) can hold: refused here rather than failing inside the turn."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(
+            400, "invalid_request", f"'{what}' contains invalid Unicode (a lone surrogate)"
+        ) from None
 
 
 def _int_query(request: web.Request, name: str, default: int, low: int, high: int | None) -> int:

@@ -231,7 +231,12 @@ _DOCUMENT: dict[str, Any] = {
                     {
                         "name": "offset",
                         "in": "query",
-                        "schema": {"type": "integer", "minimum": 0, "default": 0},
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": 1_000_000_000,
+                            "default": 0,
+                        },
                     },
                 ],
                 "responses": {

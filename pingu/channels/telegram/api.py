@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -31,6 +32,18 @@ _NO_PREVIEW_JSON = {"is_disabled": True}
 # transport failure (a read timeout, a dropped connection, a write cut short) may come
 # after Telegram acted on the request.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff: `first_s`, doubling, at most `cap_s`."""
+
+    first_s: float = 1.0
+    cap_s: float = 10.0
+
+    def delay(self, attempt: int) -> float:
+        """The wait after failed attempt number `attempt` (1-based)."""
+        return min(self.first_s * 2 ** max(attempt - 1, 0), self.cap_s)
 
 
 class DeliveryUncertain(TelegramError):
@@ -122,9 +135,10 @@ class TelegramSender:
     """Sends and edits messages. Every method takes a Markdown chunk (already short enough)
     and sends it as HTML, falling back to the same text as plain text."""
 
-    def __init__(self, bot: Bot, token: str) -> None:
+    def __init__(self, bot: Bot, token: str, *, retry: RetryPolicy | None = None) -> None:
         self.bot = bot
         self._token = token
+        self._retry = retry or RetryPolicy()
 
     async def send(
         self,
@@ -241,5 +255,5 @@ class TelegramSender:
                 if attempt == MAX_SEND_ATTEMPTS:
                     raise
                 log.warning("telegram.send_retry", method=what, error=self.describe(exc))
-                await asyncio.sleep(min(0.5 * 2**attempt, 10.0))
+                await asyncio.sleep(self._retry.delay(attempt))
         return await send()

@@ -30,13 +30,14 @@ from telegram.error import (
     Conflict,
     Forbidden,
     InvalidToken,
-    NetworkError,
     RetryAfter,
     TelegramError,
 )
 
 from pingu.agent.turn import CANCELLED, COMPLETED, LIMITED, TurnRequest, TurnResult
 from pingu.channels.telegram.api import (
+    DeliveryUncertain,
+    RetryPolicy,
     TelegramSender,
     build_bot,
     redact,
@@ -54,6 +55,7 @@ from pingu.channels.telegram.updates import (
     parse_update,
     update_id_of,
 )
+from pingu.dispatcher import CANCEL_SHUTDOWN, cancel_reason
 
 if TYPE_CHECKING:
     from pingu.agent.runtime import AgentRuntime
@@ -86,8 +88,15 @@ ERROR_REPLY = "Sorry, something went wrong while answering this message."
 MAX_ATTEMPTS = 3
 # A turn shows "typing" once it has taken this long.
 TYPING_DELAY_S = 1.0
-# How long close() waits for answers still being delivered.
+# How long close() waits for answers still being delivered. The daemon's whole stop is
+# grace (20 s) + this + the HTTP shutdown (3 s): systemd's TimeoutStopSec covers the sum.
 CLOSE_GRACE_S = 15.0
+# A reply Telegram did not take (unreachable, 5xx, ...) is sent again in this process
+# with this backoff until it is delivered, Telegram refuses it for good, or the channel
+# closes (then the next start delivers it).
+DELIVERY_RETRY = RetryPolicy(first_s=1.0, cap_s=30.0)
+# The sender's own quick retries of one request before the channel's backoff takes over.
+SEND_RETRY = RetryPolicy(first_s=1.0, cap_s=10.0)
 
 
 @dataclass
@@ -105,6 +114,8 @@ class TelegramChannel:
         dispatcher: Dispatcher,
         db: Database,
         runtime: AgentRuntime,
+        delivery_retry: RetryPolicy = DELIVERY_RETRY,
+        send_retry: RetryPolicy = SEND_RETRY,
     ) -> None:
         settings = cfg.settings
         if not settings.bot_token:
@@ -118,7 +129,9 @@ class TelegramChannel:
         self._token = settings.bot_token
         self._allowed = frozenset(settings.allowed_users)
         self._bot = build_bot(settings.bot_token, settings.api_base_url, settings.poll_timeout_s)
-        self._sender = TelegramSender(self._bot, settings.bot_token)
+        self._sender = TelegramSender(self._bot, settings.bot_token, retry=send_retry)
+        self._delivery_retry = delivery_retry
+        self._closing = asyncio.Event()  # close() began: retries stop, work stays resumable
         self._bot_id = 0
         self._bot_username = ""
         self._connected = False
@@ -127,7 +140,9 @@ class TelegramChannel:
         self._poller: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._typing: dict[tuple[int, int | None], _Typing] = {}
-        self._stop_requested: set[str] = set()  # sessions whose turn /stop cancelled
+        # Each chat's latest answer under way, done once delivered or given up on: the
+        # next answer of the chat waits for it (order within a chat).
+        self._answers: dict[str, asyncio.Future[None]] = {}
         # Each chat's current session: only this channel changes it (/new), so it is read
         # from the database once per chat, not once per message.
         self._sessions: dict[str, str] = {}
@@ -172,6 +187,7 @@ class TelegramChannel:
 
     async def close(self) -> None:
         await self.stop_receiving()
+        self._closing.set()
         if self._tasks:
             _, late = await asyncio.wait(set(self._tasks), timeout=CLOSE_GRACE_S)
             for task in late:
@@ -386,10 +402,7 @@ class TelegramChannel:
             update_id=incoming.update_id,
             user_id=incoming.user_id,
             chat_id=incoming.chat_id,
-            hint=(
-                f"to allow this user: pingu config set "
-                f"channel.{self.name}.settings.allowed_users {incoming.user_id}"
-            ),
+            hint=f"to allow this user: {self._allow_command(incoming.user_id)}",
         )
         text = (
             f"Sorry, you are not allowed to use this bot. Your Telegram user ID is "
@@ -397,30 +410,98 @@ class TelegramChannel:
         )
         await self._reply_and_finish(incoming, text, "ignored")
 
+    def _allow_command(self, user_id: int) -> str:
+        """The `pingu config set` command that adds a user to the allowed ones (the value
+        is the whole list: setting only the new ID would drop the others)."""
+        users = [*self._settings.allowed_users, user_id]
+        value = "[" + ", ".join(str(u) for u in users) + "]"
+        return f"pingu config set channel.{self.name}.settings.allowed_users '{value}'"
+
     async def _reply_and_finish(self, incoming: Incoming, text: str, status: str) -> None:
-        try:
-            for chunk in split_markdown(text):
+        chunks = split_markdown(text)
+        sent = 0
+        attempt = 0
+        while sent < len(chunks):
+            try:
                 await self._sender.send(
                     incoming.chat_id,
-                    chunk,
+                    chunks[sent],
                     thread_id=incoming.thread_id,
                     reply_to=incoming.message_id if incoming.is_group else None,
                 )
-        except TelegramError as exc:
-            log.warning(
-                "telegram.reply_failed",
-                update_id=incoming.update_id,
-                error=self._sender.describe(exc),
-            )
-            if isinstance(exc, NetworkError) and not _is_final(exc):
-                return  # left unfinished: retried at the next start
+            except DeliveryUncertain:
+                pass  # maybe delivered: never sent twice
+            except TelegramError as exc:
+                attempt += 1
+                if not await self._wait_to_retry(incoming, exc, attempt, "telegram.reply_failed"):
+                    if _is_final(exc):
+                        status = "failed"
+                        break
+                    return  # closing: left unfinished, sent at the next start
+                continue
+            sent += 1
         await self._finish(incoming.update_id, status)
+
+    async def _wait_to_retry(
+        self, incoming: Incoming, exc: TelegramError, attempt: int, event: str
+    ) -> bool:
+        """After a failed delivery: True once it is time to try again; False if the error
+        is final (Telegram refused the message for good) or the channel is closing."""
+        error = self._sender.describe(exc)
+        if _is_final(exc):
+            log.warning(event, update_id=incoming.update_id, error=error, final=True)
+            return False
+        delay = self._delivery_retry.delay(attempt)
+        if isinstance(exc, RetryAfter):
+            delay = max(delay, retry_after_seconds(exc))
+        log.warning(event, update_id=incoming.update_id, error=error, retry_in_s=delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), timeout=delay)
+        return not self._closing.is_set()
 
     # -- turns --------------------------------------------------------------------------
 
+    def _next_answer(
+        self, chat_key: str
+    ) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """The chat's previous answer still under way (if any), and this one's future."""
+        previous = self._answers.get(chat_key)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._answers[chat_key] = mine
+
+        def forget(_: asyncio.Future[None]) -> None:
+            if self._answers.get(chat_key) is mine:
+                del self._answers[chat_key]
+
+        mine.add_done_callback(forget)
+        return (previous if previous is not None and not previous.done() else None), mine
+
+    async def _answering(self, answered: asyncio.Future[None], work: Awaitable[None]) -> None:
+        try:
+            await work
+        finally:
+            if not answered.done():
+                answered.set_result(None)
+
     async def _start_turn(self, incoming: Incoming, state: DeliveryState, attempts: int) -> None:
+        previous, answered = self._next_answer(incoming.chat_key)
+        try:
+            await self._start_turn_in_order(incoming, state, attempts, previous, answered)
+        except BaseException:
+            if not answered.done():
+                answered.set_result(None)
+            raise
+
+    async def _start_turn_in_order(
+        self,
+        incoming: Incoming,
+        state: DeliveryState,
+        attempts: int,
+        previous: asyncio.Future[None] | None,
+        answered: asyncio.Future[None],
+    ) -> None:
         update_id = incoming.update_id
-        streamer = self._streamer(incoming, state)
+        streamer = self._streamer(incoming, state, previous)
         ref = f"telegram:{update_id}"
         if attempts:
             # A resumed update: its turn may have been saved before the crash.
@@ -433,11 +514,17 @@ class TelegramChannel:
                     turn=saved.id,
                     turn_status=saved.status,
                 )
-                self._spawn(self._deliver(incoming, streamer, text, status))
+                self._spawn(
+                    self._answering(answered, self._deliver(incoming, streamer, text, status))
+                )
                 return
             if attempts > MAX_ATTEMPTS:
                 log.error("telegram.giving_up", update_id=update_id, attempts=attempts)
-                self._spawn(self._deliver(incoming, streamer, ERROR_REPLY, "failed"))
+                self._spawn(
+                    self._answering(
+                        answered, self._deliver(incoming, streamer, ERROR_REPLY, "failed")
+                    )
+                )
                 return
         session_id = await self._current_session(incoming.chat_key)
         request = TurnRequest(
@@ -451,8 +538,12 @@ class TelegramChannel:
             future = await self._dispatcher.submit(request, streamer.sink)
         except Exception as exc:  # shutting down: left unfinished, resumed at the next start
             log.info("telegram.not_submitted", update_id=update_id, error=repr(exc))
+            if not answered.done():
+                answered.set_result(None)
             return
-        self._spawn(self._await_turn(incoming, session_id, future, streamer))
+        self._spawn(
+            self._answering(answered, self._await_turn(incoming, session_id, future, streamer))
+        )
 
     async def _saved_turn(self, update_id: int) -> tuple[str, Any]:
         """The saved turn of an update, or the inbound_ref a new run should use.
@@ -472,7 +563,9 @@ class TelegramChannel:
                 return ref, turn
             attempt += 1
 
-    def _streamer(self, incoming: Incoming, state: DeliveryState) -> ReplyStreamer:
+    def _streamer(
+        self, incoming: Incoming, state: DeliveryState, after: asyncio.Future[None] | None
+    ) -> ReplyStreamer:
         update_id = incoming.update_id
 
         async def created(message_id: int) -> None:
@@ -490,6 +583,7 @@ class TelegramChannel:
             state=state,
             on_message_created=created,
             on_chunks_sent=chunks_sent,
+            after=after,
         )
 
     async def _await_turn(
@@ -502,12 +596,12 @@ class TelegramChannel:
         async with self._typing_while(incoming.chat_id, incoming.thread_id):
             await asyncio.wait([future])
         if future.cancelled():
-            if session_id not in self._stop_requested:
+            if cancel_reason(future) == CANCEL_SHUTDOWN:
                 # Cancelled by a shutdown: left unfinished, answered after the restart.
                 log.info("telegram.turn_interrupted", update_id=incoming.update_id)
                 await streamer.finish_abandoned()
                 return
-            self._stop_requested.discard(session_id)
+            # Stopped by the user (/stop, the HTTP API): the turn is over.
             partial = streamer.streamed_text.strip()
             text = f"{partial}\n\n(stopped)" if partial else "Stopped."
             await self._deliver(incoming, streamer, text, "done")
@@ -525,17 +619,21 @@ class TelegramChannel:
     async def _deliver(
         self, incoming: Incoming, streamer: ReplyStreamer, text: str, status: str
     ) -> None:
-        try:
-            await streamer.finish(text)
-        except TelegramError as exc:
-            log.warning(
-                "telegram.delivery_failed",
-                update_id=incoming.update_id,
-                error=self._sender.describe(exc),
-            )
-            if isinstance(exc, NetworkError) and not _is_final(exc):
-                return  # Telegram unreachable: left unfinished, delivered at the next start
-            status = "failed"
+        # finish() picks up where a failed try stopped (the ledger's state): a retry
+        # never sends a message twice.
+        attempt = 0
+        while True:
+            try:
+                await streamer.finish(text)
+                break
+            except TelegramError as exc:
+                attempt += 1
+                if await self._wait_to_retry(incoming, exc, attempt, "telegram.delivery_failed"):
+                    continue
+                if _is_final(exc):
+                    status = "failed"
+                    break
+                return  # closing: left unfinished, delivered at the next start
         await self._finish(incoming.update_id, status)
 
     @contextlib.asynccontextmanager
@@ -598,7 +696,6 @@ class TelegramChannel:
             session_id = await self._current_session(incoming.chat_key)
             if self._dispatcher.cancel(session_id):
                 # The stopped turn's own message says so: no second reply.
-                self._stop_requested.add(session_id)
                 await self._finish(incoming.update_id, "done")
                 return
             reply = "Nothing is running."
@@ -696,5 +793,8 @@ class _UsageSum:
 
 
 def _is_final(exc: TelegramError) -> bool:
-    """Errors that another try will not fix (as opposed to the network being down)."""
-    return isinstance(exc, BadRequest | Forbidden)
+    """Errors that another try will not fix (as opposed to the network being down or
+    Telegram failing for a while): the chat blocked us (403), a message Telegram will
+    not take (400; HTML it cannot parse is resent as plain text before this), or a
+    message that may already be in the chat (never sent twice)."""
+    return isinstance(exc, BadRequest | Forbidden | DeliveryUncertain)

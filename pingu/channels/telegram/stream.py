@@ -21,7 +21,7 @@ from telegram.error import BadRequest, TelegramError
 
 from pingu.agent.events import AgentEvent, AgentMessage, TextDelta
 from pingu.channels.telegram.api import DeliveryUncertain, TelegramSender
-from pingu.channels.telegram.render import split_markdown
+from pingu.channels.telegram.render import MESSAGE_LIMIT, split_markdown
 
 log = structlog.get_logger("pingu.channels.telegram")
 
@@ -29,6 +29,10 @@ EMPTY_ANSWER = "(The agent finished without a text answer.)"
 # Recorded as the answer's message id when its sendMessage may or may not have arrived
 # (DeliveryUncertain): Telegram's ids are positive, so 0 means "sent, id unknown".
 UNKNOWN_MESSAGE_ID = 0
+# Progress shows only the first message of an answer: splitting this much of the text
+# is enough to know that first message (and whether more follow), however long the
+# answer grows. (Splitting all of a 2 MB answer at every flush blocked the event loop.)
+PROGRESS_WINDOW = 2 * MESSAGE_LIMIT
 
 
 @dataclass
@@ -51,8 +55,12 @@ class ReplyStreamer:
         state: DeliveryState,
         on_message_created: Callable[[int], Awaitable[None]],
         on_chunks_sent: Callable[[int], Awaitable[None]],
+        after: asyncio.Future[None] | None = None,
     ) -> None:
         self._sender = sender
+        # The chat's previous answer: this answer's first message waits for it to be
+        # delivered (or given up on), so that answers appear in the order of the messages.
+        self._after = after
         self._chat_id = chat_id
         self._thread_id = thread_id
         self._reply_to = reply_to
@@ -128,7 +136,13 @@ class ReplyStreamer:
         """The turn will not end here (shutdown): stop showing progress, send nothing."""
         await self._stop_flusher()
 
+    def _must_wait(self) -> bool:
+        return self._after is not None and not self._after.done()
+
     async def _create(self, markdown: str) -> None:
+        if self._after is not None:
+            # asyncio.wait, not await: cancelling this must not cancel the other answer's.
+            await asyncio.wait([self._after])
         try:
             message_id = await self._sender.send(
                 self._chat_id, markdown, thread_id=self._thread_id, reply_to=self._reply_to
@@ -167,10 +181,13 @@ class ReplyStreamer:
             await self._flush()
 
     async def _flush(self) -> None:
-        chunks = split_markdown(self._text)
+        if self._state.message_id is None and self._must_wait():
+            return  # the previous answer is not delivered yet: no progress before it
+        window = self._text[:PROGRESS_WINDOW]
+        chunks = split_markdown(window)
         if not chunks:
             return
-        if len(chunks) > 1:
+        if len(chunks) > 1 or len(window) < len(self._text):
             self._frozen = True  # the final delivery takes it from here
         first = chunks[0]
         self._last_flush = time.monotonic()
