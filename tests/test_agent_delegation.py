@@ -171,10 +171,13 @@ async def test_delegation_deeper_than_three_is_refused_with_an_error_to_the_mode
 async def test_unknown_agent_gets_an_error_listing_the_profiles(agent_env: AgentEnv) -> None:
     fake = agent_env.fake
     fake.queue(function_calls(delegate("designer", "draw", "d1")), text("No designer, sorry."))
-    result = await agent_env.runtime(PROFILES).run_turn(ask("draw me"), Recorder())
+    seen = Recorder()
+    result = await agent_env.runtime(PROFILES).run_turn(ask("draw me"), seen)
     assert result.text == "No designer, sorry."
     output = fake.bodies[1]["input"][-1]["output"]
     assert output == "error: unknown agent 'designer'; available agents: coder, orchestrator"
+    [refused] = seen.of("tool_result")
+    assert (refused.name, refused.is_error, refused.output) == ("delegate", True, output)
 
 
 async def test_a_failing_sub_agent_is_an_error_output_and_its_turn_is_saved(

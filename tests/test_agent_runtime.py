@@ -19,6 +19,7 @@ from tests.fakes.responses_api import (
     function_calls,
     hang,
     message,
+    rate_limited,
     reasoning,
     reply,
     server_error,
@@ -403,6 +404,51 @@ async def test_a_server_error_is_retried_and_the_user_sees_only_the_answer(
     assert result.text == "after a retry" and seen.of("error") == []
     assert [r.status for r in fake.requests] == [500, 200]
     assert len(await agent_env.rows("SELECT id FROM token_usage")) == 1
+    # The execution row records the retry.
+    [execution] = await agent_env.db.executions.list_for_session("cli:test")
+    assert (execution.status, execution.retry_count) == ("completed", 1)
+
+
+async def test_retries_are_counted_while_the_turn_runs_and_across_its_model_calls(
+    agent_env: AgentEnv,
+) -> None:
+    fake = agent_env.fake
+    fake.queue(
+        server_error(),
+        function_calls(("message", {"text": "working on it"}, "m1")),
+        rate_limited(retry_after=0.01),
+        text("done"),
+    )
+    db = agent_env.db
+    counts_seen: list[int] = []
+
+    async def sink(event) -> None:
+        if event.kind in ("tool_result", "token"):
+            [row] = await db.executions.list_for_session("cli:test")
+            counts_seen.append(row.retry_count)
+
+    result = await agent_env.runtime().run_turn(ask("go"), sink)
+    assert result.text == "done"
+    assert counts_seen == [1, 2]  # written as the retries happen, not at the end
+    [execution] = await db.executions.list_for_session("cli:test")
+    assert (execution.status, execution.retry_count) == ("completed", 2)
+
+
+async def test_retries_to_exhaustion_fail_the_execution_with_the_count(
+    agent_env: AgentEnv,
+) -> None:
+    fake = agent_env.fake
+    fake.queue(*(rate_limited(retry_after=0.01) for _ in range(3)), text("never"))
+    seen = Recorder()
+    result = await agent_env.runtime().run_turn(ask("hi"), seen)  # max_retries = 2
+    assert result.status == "failed"
+    assert seen.of("error")[0].message == (
+        "The model service is rate-limiting requests; try again in a moment."
+    )
+    assert len(fake.requests) == 3
+    [execution] = await agent_env.db.executions.list_for_session("cli:test")
+    assert (execution.status, execution.retry_count) == ("failed", 2)
+    assert execution.error.startswith("rate_limit:")
 
 
 async def test_pricing_override_and_unknown_model_warning_once(agent_env: AgentEnv) -> None:
@@ -432,6 +478,25 @@ async def test_pricing_override_and_unknown_model_warning_once(agent_env: AgentE
     assert len(turn_logs) == 3 and turn_logs[0]["agent"] == "priced"
     assert {"session", "duration_ms", "tokens", "status"} <= set(turn_logs[0])
     assert all(fake.api_key not in repr(e) for e in logs)
+
+
+async def test_workspaces_are_private_and_a_name_that_escapes_is_refused(
+    agent_env: AgentEnv,
+) -> None:
+    agent_env.fake.queue(text("hi"))
+    runtime = agent_env.runtime('[agent.".."]\nsystem_prompt = "x"\n')
+    assert (await runtime.run_turn(ask("hi"), Recorder())).status == "completed"
+    workspace = runtime.config.workspaces / "default"
+    assert workspace.is_dir() and (workspace.stat().st_mode & 0o777) == 0o700
+
+    seen = Recorder()
+    result = await runtime.run_turn(ask("hi", session="cli:escape", agent=".."), seen)
+    assert result.status == "failed"
+    assert seen.of("error")[0].message == result.text
+    assert "cannot be used as a workspace directory name" in result.text
+    assert len(agent_env.fake.requests) == 1  # the refused turn never reached the model
+    [turn] = await agent_env.turns("cli:escape")
+    assert turn.status == "failed"
 
 
 async def test_unknown_agent_is_an_error_to_the_user(agent_env: AgentEnv) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
 import pytest
+from aiohttp import web
 from structlog.testing import capture_logs
 
 from pingu.config.model import LLMConfig
@@ -419,3 +421,254 @@ async def test_slow_consumer_is_not_timed_out(fake_responses: FakeResponsesAPI) 
         await client.close()
     assert isinstance(seen[-1], ModelResponse)
     assert len(fake_responses.requests) == 1
+
+
+async def test_on_retry_is_told_each_retry_with_its_kind_and_delay(
+    fake_responses: FakeResponsesAPI,
+) -> None:
+    fake_responses.queue(
+        server_error(retry_after=0.02),
+        error(429, "Slow down.", code="rate_limit_exceeded", retry_after_ms=30),
+        text("third time lucky"),
+    )
+    told: list[tuple[int, str, float]] = []
+
+    async def on_retry(attempt: int, kind: str, delay_s: float) -> None:
+        told.append((attempt, kind, delay_s))
+
+    client = _client(fake_responses, backoff_base_s=60)
+    try:
+        events = await _collect(client, on_retry=on_retry)
+    finally:
+        await client.close()
+    assert events[-1].text == "third time lucky"
+    assert told == [(1, "unavailable", 0.02), (2, "rate_limit", pytest.approx(0.03))]
+    # on_retry is ours, not part of the request
+    assert all("on_retry" not in body for body in fake_responses.bodies)
+
+
+async def test_on_retry_is_not_called_without_a_retry_and_may_be_sync_or_broken(
+    fake_responses: FakeResponsesAPI,
+) -> None:
+    fake_responses.queue(text("first"), server_error(), text("second"))
+    told: list[int] = []
+    client = _client(fake_responses)
+    try:
+        await _collect(client, on_retry=lambda attempt, kind, delay: told.append(attempt))
+        assert told == []
+
+        def broken(attempt: int, kind: str, delay: float) -> None:
+            raise RuntimeError("bookkeeping fell over")
+
+        with capture_logs() as logs:
+            events = await _collect(client, on_retry=broken)
+    finally:
+        await client.close()
+    assert events[-1].text == "second"  # a failing callback does not fail the call
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["llm_on_retry_failed"]
+
+
+async def test_retries_exhausted_tell_on_retry_max_retries_times(
+    fake_responses: FakeResponsesAPI,
+) -> None:
+    fake_responses.queue(*(rate_limited(retry_after=0.01) for _ in range(3)))
+    told: list[int] = []
+    client = _client(fake_responses, max_retries=2)
+    try:
+        err, _ = await _failure(client, on_retry=lambda a, k, d: told.append(a))
+    finally:
+        await client.close()
+    assert err.kind == "rate_limit"
+    assert told == [1, 2]
+
+
+async def test_the_request_body_is_sent_as_built(fake_responses: FakeResponsesAPI) -> None:
+    # No transform by the openai package: the JSON the server gets is exactly our input,
+    # options included, non-ASCII text intact.
+    history = [
+        {"role": "user", "content": "Grüße, 世界 👋"},
+        {
+            "id": "msg_1",
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Hallo!", "annotations": []}],
+        },
+        {"role": "user", "content": "again"},
+    ]
+    fake_responses.queue(text("ok"))
+    client = _client(fake_responses)
+    try:
+        await _collect(
+            client,
+            model="gpt-4.1-mini",
+            input=history,
+            include=["reasoning.encrypted_content"],
+            store=False,
+            reasoning={"effort": "low"},
+        )
+    finally:
+        await client.close()
+    [request] = fake_responses.requests
+    assert request.body == {
+        "model": "gpt-4.1-mini",
+        "input": history,
+        "include": ["reasoning.encrypted_content"],
+        "store": False,
+        "reasoning": {"effort": "low"},
+        "stream": True,
+    }
+    assert request.headers["Authorization"] == f"Bearer {fake_responses.api_key}"
+    assert request.headers["Content-Type"] == "application/json"
+
+
+# ------------------------------------------------------------- a compatible server's SSE
+# Some servers that speak the Responses API write their streams differently from OpenAI:
+# CRLF line ends, no `event:` names, errors inside the stream. A raw SSE server covers that.
+
+
+class RawSSEServer:
+    """Serves each request the next scripted SSE body (bytes, written in small pieces)."""
+
+    def __init__(self, *bodies: bytes) -> None:
+        self.bodies = list(bodies)
+        self.requests = 0
+        self._runner: Any = None
+        self.url = ""
+
+    async def __aenter__(self) -> RawSSEServer:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            await request.read()
+            body = self.bodies[self.requests]
+            self.requests += 1
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for start in range(0, len(body), 7):  # pieces that split lines and events
+                await response.write(body[start : start + 7])
+            await response.write_eof()
+            return response
+
+        app = web.Application()
+        app.router.add_post("/v1/responses", handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+
+def _sse(*events: dict[str, Any], named: bool = True, newline: str = "\n") -> bytes:
+    out = []
+    for event in events:
+        lines = [f"event: {event['type']}"] if named else []
+        lines.append("data: " + json.dumps(event, ensure_ascii=False))
+        out.append(newline.join(lines) + newline + newline)
+    return "".join(out).encode()
+
+
+def _completed(text_value: str) -> dict[str, Any]:
+    item = {
+        "id": "msg_1",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text_value, "annotations": []}],
+    }
+    return {
+        "type": "response.completed",
+        "response": {
+            "id": "resp_1",
+            "model": "local-model",
+            "status": "completed",
+            "output": [item],
+            "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
+            "error": None,
+        },
+    }
+
+
+async def test_a_crlf_stream_without_event_names_is_read() -> None:
+    body = _sse(
+        {"type": "response.created", "response": {"id": "resp_1", "output": []}},
+        {"type": "response.output_text.delta", "delta": "Grüß "},
+        {"type": "response.output_text.delta", "delta": "dich 👋"},
+        _completed("Grüß dich 👋"),
+        named=False,
+        newline="\r\n",
+    )
+    async with RawSSEServer(body + b": keep-alive\r\n\r\ndata: [DONE]\r\n\r\n") as server:
+        client = ModelClient(
+            LLMConfig(name="local", base_url=server.url, api_key=None, model="local-model")
+        )
+        try:
+            events = await _collect(client)
+        finally:
+            await client.close()
+    assert events[:-1] == [StreamText("Grüß "), StreamText("dich 👋")]
+    final = events[-1]
+    assert isinstance(final, ModelResponse)
+    assert (final.id, final.text, final.usage.total_tokens) == ("resp_1", "Grüß dich 👋", 5)
+    assert final.raw["error"] is None  # raw is what the server sent
+
+
+@pytest.mark.parametrize(
+    ("error_event", "kind", "retried"),
+    [
+        # the Responses API's own shape: code and message at the top
+        (
+            {"type": "error", "code": "rate_limit_exceeded", "message": "Slow down."},
+            "rate_limit",
+            True,
+        ),
+        # a compatible server's shape: under "error"
+        (
+            {"type": "error", "error": {"code": "context_length_exceeded", "message": "Too long"}},
+            "context_too_long",
+            False,
+        ),
+        (
+            {
+                "type": "response.failed",
+                "response": {"id": "r", "error": {"code": "server_error", "message": "oops"}},
+            },
+            "unavailable",
+            True,
+        ),
+    ],
+)
+async def test_errors_inside_the_stream_are_mapped(
+    error_event: dict[str, Any], kind: str, retried: bool
+) -> None:
+    failing = _sse({"type": "response.created", "response": {"id": "r"}}, error_event)
+    async with RawSSEServer(failing, _sse(_completed("fine"))) as server:
+        client = ModelClient(
+            LLMConfig(name="local", base_url=server.url, api_key=None, max_retries=1),
+            backoff_base_s=0.01,
+        )
+        try:
+            if retried:
+                told: list[str] = []
+                events = await _collect(client, on_retry=lambda a, k, d: told.append(k))
+                assert events[-1].text == "fine"
+                assert told == [kind]
+            else:
+                err, _ = await _failure(client)
+                assert err.kind == kind
+        finally:
+            await client.close()
+    assert server.requests == (2 if retried else 1)
+
+
+async def test_an_unreadable_stream_is_unavailable() -> None:
+    async with RawSSEServer(b"data: {not json\n\n") as server:
+        client = ModelClient(LLMConfig(name="local", base_url=server.url, max_retries=0))
+        try:
+            err, _ = await _failure(client)
+        finally:
+            await client.close()
+    assert err.kind == "unavailable"
+    assert err.user_message == "The model service sent an answer Pingu could not read; try again."

@@ -41,10 +41,11 @@ from pingu.agent.turn import CANCELLED, COMPLETED, FAILED, LIMITED, TurnRequest,
 from pingu.config.model import AgentProfile, Config, LLMConfig
 from pingu.history.items import output_to_input, user_input_item
 from pingu.llm import LLMError, ModelClient, ModelResponse, StreamText
-from pingu.llm.pricing import estimate_cost
-from pingu.store.usage import UsageRecord, hash_api_key
+from pingu.llm.pricing import api_key_hash, estimate_cost
+from pingu.store.usage import UsageRecord
 from pingu.tools.base import Tool, ToolContext, ToolError, function_tool_spec
 from pingu.tools.registry import build_tools, run_tool
+from pingu.tools.workspace import ensure_agent_workspace
 
 __all__ = ["AgentRuntime", "TurnRequest", "TurnResult"]
 
@@ -66,6 +67,10 @@ EXECUTION_STATUS = {
     FAILED: "failed",
     CANCELLED: "failed",
 }
+
+
+class _TurnRefused(Exception):
+    """The turn cannot run as configured; the message says why, for the user."""
 
 
 class _LimitReached(Exception):
@@ -94,6 +99,7 @@ class _Turn:
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
     model_calls: int = 0
     tool_calls: int = 0
+    retries: int = 0  # model call retries, all calls of this run together
     text: str = ""
     started: float = field(default_factory=time.monotonic)
     usage_writes: list[asyncio.Task[None]] = field(default_factory=list)
@@ -128,7 +134,7 @@ class AgentRuntime:
         self._client_factory = client_factory
         self._clients: dict[str, Any] = {}
         self._tools: dict[tuple[str, ...], dict[str, Tool]] = {}
-        self._workspaces: set[str] = set()
+        self._workspaces: dict[str, Path] = {}
         self._unpriced_models: set[str] = set()
         self._secrets = [s for s in config.secrets() if s]
 
@@ -214,6 +220,10 @@ class AgentRuntime:
             status, error, turn.text = FAILED, f"{exc.kind}: {exc.user_message}", exc.user_message
             turn.close_open_calls("Not run: the model call failed.")
             await sink(TurnError(exc.user_message))
+        except _TurnRefused as refusal:
+            status, error = FAILED, str(refusal)
+            turn.text = str(refusal)
+            await sink(TurnError(turn.text))
         except asyncio.CancelledError:
             if turn.execution_id is None:
                 with contextlib.suppress(Exception):
@@ -345,8 +355,18 @@ class AgentRuntime:
         client = self._client(turn.llm)
         response: ModelResponse | None = None
         turn.model_calls += 1
+
+        async def on_retry(attempt: int, kind: str, delay_s: float) -> None:
+            turn.retries += 1
+            if turn.execution_id is not None:
+                await self.db.executions.set_retrying(turn.execution_id, turn.retries)
+
         async for event in client.stream(
-            model=turn.llm.model, instructions=instructions, input=request_input, tools=specs
+            model=turn.llm.model,
+            instructions=instructions,
+            input=request_input,
+            tools=specs,
+            on_retry=on_retry,
         ):
             if isinstance(event, StreamText):
                 if forward_text and event.text:
@@ -474,10 +494,16 @@ class AgentRuntime:
         return "\n".join(lines)
 
     async def _workspace(self, agent_name: str) -> Path:
-        path = self.config.workspaces / agent_name
-        if agent_name not in self._workspaces:
-            await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
-            self._workspaces.add(agent_name)
+        if agent_name in self._workspaces:
+            return self._workspaces[agent_name]
+        try:
+            path = await ensure_agent_workspace(self.config.workspaces, agent_name)
+        except ValueError:
+            raise _TurnRefused(
+                f"The agent name {agent_name!r} cannot be used as a workspace directory "
+                "name; rename [agent.<name>] (no '/', not '.' or '..')."
+            ) from None
+        self._workspaces[agent_name] = path
         return path
 
     async def _record_usage(self, turn: _Turn, model: str, usage: dict[str, int]) -> None:
@@ -492,7 +518,8 @@ class AgentRuntime:
                 agent_name=turn.profile.name,
                 provider=turn.llm.provider,
                 model=model,
-                api_key_hash=_api_key_hash(turn.llm),
+                # The loader has already folded OPENAI_API_KEY into the config.
+                api_key_hash=api_key_hash(turn.llm.api_key) if turn.llm.api_key else None,
                 input_tokens=usage["input_tokens"],
                 cached_input_tokens=usage["cached_input_tokens"],
                 output_tokens=usage["output_tokens"],
@@ -534,11 +561,6 @@ def _usage_counts(usage: Any) -> dict[str, int]:
     if isinstance(usage, dict):
         return {key: int(usage.get(key) or 0) for key in USAGE_KEYS}
     return {key: int(getattr(usage, key, 0) or 0) for key in USAGE_KEYS}
-
-
-def _api_key_hash(llm: LLMConfig) -> str | None:
-    # The loader has already folded OPENAI_API_KEY into the config.
-    return hash_api_key(llm.api_key) if llm.api_key else None
 
 
 def _seconds(value: float) -> str:

@@ -5,26 +5,54 @@ Any server that speaks the Responses API works (OpenAI, Azure, Ollama, vLLM, LM 
 off, so the ones here (429, 5xx, connection errors and timeouts; honouring `retry-after-ms`
 and `retry-after`) are the only ones, and they happen only before the first event reached
 the caller, so streamed text is never repeated.
+
+The request goes through the openai client's `post` (its auth, base_url, transport and
+error classes) with the JSON body as built here, and the SSE stream is read by
+`pingu.llm.sse` into plain dicts: `responses.create` would transform the whole input on
+every call and build a pydantic model per event, which cost more than everything else a
+turn does (see bench/bench_agent.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
+import inspect
+import json
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 import openai
 import structlog
 
 from pingu.config.model import LLMConfig
+from pingu.llm.sse import SSEFormatError, SSEReader
 
 log = structlog.get_logger("pingu.llm")
 
 MAX_RETRY_AFTER_S = 60.0
+# The only events a call needs; the others (created, in_progress, added, argument deltas,
+# ...) are skipped without being decoded.
+WANTED_EVENTS = (
+    "response.output_text.delta",
+    "response.output_item.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+)
+_STREAM_HEADERS = {"Accept": "text/event-stream"}
+# After response.completed, how long the (normally empty) rest of the stream is read so the
+# connection can be reused.
+DRAIN_S = 1.0
+
+# on_retry(attempt, error kind, delay in seconds): told before each retry's pause.
+RetryCallback = Callable[[int, str, float], Awaitable[None] | None]
 
 
 @dataclass(frozen=True)
@@ -109,10 +137,26 @@ class _StreamBroke(Exception):
     """The stream ended or failed before response.completed."""
 
 
-def _dump(model: Any) -> dict[str, Any]:
-    if isinstance(model, dict):
-        return {k: v for k, v in model.items() if v is not None}
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+def _without_nulls(value: Any) -> Any:
+    """The value with every None-valued key dropped, at any depth: output items are replayed
+    as input, and the API rejects some explicit nulls there."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _index(event: Mapping[str, Any], fallback: int) -> int:
+    index = event.get("output_index")
+    return index if isinstance(index, int) else fallback
+
+
+def _error_body(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The code and message of an `error` event: top-level in the Responses API, under
+    "error" as some compatible servers send it."""
+    nested = event.get("error")
+    return nested if isinstance(nested, dict) else event
 
 
 class ModelClient:
@@ -151,12 +195,15 @@ class ModelClient:
         instructions: str | None = None,
         input: Iterable[dict[str, Any]],  # the API's name
         tools: Iterable[dict[str, Any]] | None = None,
+        on_retry: RetryCallback | None = None,
         **options: Any,
     ) -> AsyncIterator[StreamText | ModelResponse]:
         """Yield StreamText as the answer arrives, then one ModelResponse.
 
-        `options` go into the request as they are (e.g. reasoning, include, store).
-        Raises LLMError."""
+        `options` go into the request body as they are (e.g. reasoning, include, store):
+        they must be JSON values. `on_retry(attempt, kind, delay_s)` (sync or async) is
+        called before each retry's pause, attempt counting from 1; a failure inside it is
+        logged, not raised. Raises LLMError."""
         if self._client is None:
             raise LLMError(
                 "auth",
@@ -170,6 +217,7 @@ class ModelClient:
         if tool_list:
             params["tools"] = tool_list
         params.update(options)
+        params["stream"] = True
 
         attempt = 0
         while True:
@@ -203,39 +251,85 @@ class ModelClient:
                     attempt=attempt,
                     delay_s=round(delay, 3),
                 )
+                if on_retry is not None:
+                    await self._tell_retry(on_retry, attempt, error.kind, delay)
                 await asyncio.sleep(delay)
+
+    async def _tell_retry(
+        self, on_retry: RetryCallback, attempt: int, kind: str, delay: float
+    ) -> None:
+        # Bookkeeping must not turn a retry into a failure.
+        try:
+            outcome = on_retry(attempt, kind, delay)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:
+            log.error("llm_on_retry_failed", llm=self.llm.name, error=self._redact(repr(exc)))
 
     async def _one_call(self, params: dict[str, Any]) -> AsyncIterator[StreamText | ModelResponse]:
         assert self._client is not None
+        # The body goes out as we built it: `responses.create` would run the openai
+        # package's transform over the whole input and tools (a cost that grows with the
+        # history) and parse every event into a pydantic model. The client's `post` still
+        # gives us its auth, base_url, headers and error classes.
+        body = json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode()
         # The bound covers this whole call, but is applied around each await, never across a
         # yield: the caller's own work between events must not be cancelled by it.
         deadline = asyncio.get_running_loop().time() + self.llm.timeout_s
         async with asyncio.timeout_at(deadline):
-            stream = await self._client.responses.create(**params, stream=True)
+            response: httpx2.Response = await self._client.post(
+                "/responses",
+                cast_to=httpx2.Response,
+                content=body,
+                options={"security": {"bearer_auth": True}, "headers": _STREAM_HEADERS},
+                stream=True,
+            )
+        reader = SSEReader(WANTED_EVENTS)
         done_items: dict[int, dict[str, Any]] = {}
         final: dict[str, Any] | None = None
         try:
-            iterator = stream.__aiter__()
-            while True:
+            chunks = response.aiter_bytes()
+            ended = False
+            while final is None and not ended and not reader.done:
                 try:
                     async with asyncio.timeout_at(deadline):
-                        event = await iterator.__anext__()
+                        chunk = await anext(chunks)
+                    events = reader.feed(chunk)
                 except StopAsyncIteration:
-                    break
-                kind = event.type
-                if kind == "response.output_text.delta":
-                    if event.delta:
-                        yield StreamText(event.delta)
-                elif kind == "response.output_item.done":
-                    done_items[event.output_index] = _dump(event.item)
-                elif kind in ("response.completed", "response.incomplete"):
-                    final = event.response.model_dump(mode="json", by_alias=True)
-                elif kind == "response.failed":
-                    raise _failed_response(event.response.model_dump(mode="json", by_alias=True))
-                elif kind == "error":
-                    raise _error_event(_dump(event))
+                    ended = True
+                    events = reader.finish()
+                except httpx2.TimeoutException as exc:
+                    raise TimeoutError("the model's answer stalled") from exc
+                except httpx2.TransportError as exc:
+                    raise _StreamBroke(f"the stream broke off: {type(exc).__name__}") from exc
+                for event in events:
+                    kind = event.get("type")
+                    if kind == "response.output_text.delta":
+                        delta = event.get("delta")
+                        if delta:
+                            yield StreamText(delta)
+                    elif kind == "response.output_item.done":
+                        item = event.get("item")
+                        if isinstance(item, dict):
+                            done_items[_index(event, len(done_items))] = _without_nulls(item)
+                    elif kind in ("response.completed", "response.incomplete"):
+                        final = event.get("response")
+                        if not isinstance(final, dict):
+                            raise SSEFormatError(f"{kind} carries no response object")
+                        break
+                    elif kind == "response.failed":
+                        raise _failed_response(event.get("response") or {})
+                    elif kind == "error":
+                        raise _error_event(_error_body(event))
+            if final is not None and not ended:
+                # Read the (empty) rest, so the connection goes back to the pool for reuse.
+                drain_until = min(deadline, asyncio.get_running_loop().time() + DRAIN_S)
+                with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+                    async with asyncio.timeout_at(drain_until):
+                        async for _ in chunks:
+                            pass
         finally:
-            await stream.close()
+            await response.aclose()
         if final is None:
             raise _StreamBroke("the stream ended before response.completed")
         yield self._assemble(final, done_items)
@@ -246,7 +340,9 @@ class ModelClient:
         # output_item.done (their encrypted_content is final there). Some compatible servers
         # send an empty output in response.completed: the done items are the answer then.
         by_id = {item.get("id"): item for item in done_items.values() if item.get("id")}
-        completed = [_dump(item) for item in final.get("output") or ()]
+        completed = [
+            _without_nulls(item) for item in final.get("output") or () if isinstance(item, dict)
+        ]
         if not completed:
             output = [done_items[i] for i in sorted(done_items)]
         else:
