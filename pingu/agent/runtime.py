@@ -355,8 +355,11 @@ class AgentRuntime:
         client = self._client(turn.llm)
         response: ModelResponse | None = None
         turn.model_calls += 1
+        retried = False
 
         async def on_retry(attempt: int, kind: str, delay_s: float) -> None:
+            nonlocal retried
+            retried = True
             turn.retries += 1
             if turn.execution_id is not None:
                 await self.db.executions.set_retrying(turn.execution_id, turn.retries)
@@ -368,6 +371,10 @@ class AgentRuntime:
             tools=specs,
             on_retry=on_retry,
         ):
+            if retried:  # the answer is coming: this call's retries are over
+                retried = False
+                if turn.execution_id is not None:
+                    await self.db.executions.set_running(turn.execution_id)
             if isinstance(event, StreamText):
                 if forward_text and event.text:
                     await sink(TextDelta(event.text))

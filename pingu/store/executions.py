@@ -92,6 +92,10 @@ class ExecutionRepository:
             {"id": execution_id, "retry_count": retry_count},
         )
 
+    async def set_running(self, execution_id: str) -> None:
+        """Back to running after a retried call succeeded (no-op unless retrying)."""
+        await self._db.write_statement(self._q.sql("executions_set_running"), {"id": execution_id})
+
     async def mark_interrupted(self) -> int:
         """At startup: runs left pending/running/retrying by a previous process -> failed."""
         params = {"error": INTERRUPTED_ERROR, "completed_at": now_ms()}

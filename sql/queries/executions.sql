@@ -15,6 +15,11 @@ UPDATE agent_executions
 SET status = 'retrying', retry_count = :retry_count
 WHERE id = :id;
 
+-- name: executions_set_running!
+UPDATE agent_executions
+SET status = 'running'
+WHERE id = :id AND status = 'retrying';
+
 -- name: executions_mark_interrupted!
 UPDATE agent_executions
 SET status = 'failed', error = :error, completed_at = :completed_at
