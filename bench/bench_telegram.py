@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,10 @@ def proc_status_mb(pid: int, field: str) -> float:
     raise KeyError(field)
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """utime + stime of a process (or of one of its threads), from /proc."""
+    stat = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+    fields = stat.read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -132,8 +134,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             # All chats at once.
             clock = ReplyClock(tg)
             expected: dict[int, list[str]] = {}
+            calls_before = len(tg.sent)
             started = time.monotonic()
             daemon_cpu = cpu_seconds(daemon.pid)
+            # The event loop's thread, as opposed to aiosqlite's and asyncio's workers.
+            loop_cpu = cpu_seconds(daemon.pid, daemon.pid)
             own_cpu = resource.getrusage(resource.RUSAGE_SELF)
             for chat in chats:
                 expected[chat] = []
@@ -145,10 +150,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await tg.wait_for(clock.scan, timeout=600)
             total = max(clock.answered_at.values()) - started
             daemon_cpu = cpu_seconds(daemon.pid) - daemon_cpu
+            loop_cpu = cpu_seconds(daemon.pid, daemon.pid) - loop_cpu
             own = resource.getrusage(resource.RUSAGE_SELF)
             fakes_cpu = own.ru_utime + own.ru_stime - own_cpu.ru_utime - own_cpu.ru_stime
             await tg.wait_until_idle(quiet_s=0.5, timeout=60)
             peak_rss = proc_status_mb(daemon.pid, "VmHWM")
+            # What the daemon asked of the Bot API for these messages (getUpdates aside).
+            api_calls = Counter(
+                call.method for call in tg.sent[calls_before:] if call.method != "getUpdates"
+            )
             in_order = all(tg.chat_texts(chat) == expected[chat] for chat in chats)
             exit_code = await daemon.terminate()
         finally:
@@ -179,11 +189,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency_p99_s": round(percentile(latencies, 99), 3),
         "order_kept_in_every_chat": in_order,
         "daemon_cpu_s": round(daemon_cpu, 2),
+        "daemon_cpu_event_loop_thread_s": round(loop_cpu, 2),
         "fakes_cpu_s": round(fakes_cpu, 2),
         "idle_rss_mb": round(idle_rss, 1),
         "target_idle_rss_mb": TARGET_IDLE_RSS_MB,
         "peak_rss_mb": round(peak_rss, 1),
         "daemon_exit_code": exit_code,
+        "bot_api_calls": dict(sorted(api_calls.items())),
     }
 
 

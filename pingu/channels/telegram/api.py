@@ -11,13 +11,13 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import structlog
 from telegram import Bot
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
-from telegram.request import HTTPXRequest
 
 from pingu.channels.telegram.render import render_html
+from pingu.channels.telegram.request import AiohttpRequest
 
 log = structlog.get_logger("pingu.channels.telegram")
 
@@ -27,11 +27,12 @@ MAX_SEND_ATTEMPTS = 8
 # for a long time; better to give up on this message than hang every turn).
 MAX_RETRY_AFTER_S = 600.0
 _NO_PREVIEW_JSON = {"is_disabled": True}
-# httpx failures that happen before a single byte of the request left this process:
-# Telegram surely never saw it, so sending again cannot duplicate anything. Any other
-# transport failure (a read timeout, a dropped connection, a write cut short) may come
-# after Telegram acted on the request.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# aiohttp failures that happen before a single byte of the request left this process
+# (no connection: refused, DNS, TLS handshake; no connection within the connect or pool
+# timeout): Telegram surely never saw it, so sending again cannot duplicate anything.
+# Any other transport failure (a read timeout, a dropped connection, a write cut short)
+# may come after Telegram acted on the request.
+_NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ class DeliveryUncertain(TelegramError):
 
 def surely_not_sent(exc: BaseException) -> bool:
     """True when a PTB TimedOut/NetworkError wraps a failure before the request left us
-    (PTB raises them `from` the httpx exception; see telegram/request/_httpxrequest.py),
-    or when Telegram answered with an error status (it did not act on the request)."""
+    (AiohttpRequest raises them `from` the aiohttp exception, as PTB's HTTPXRequest does
+    from httpx's), or when Telegram answered with an error status (it did not act on the
+    request)."""
     cause = exc.__cause__
     if cause is None:
         # PTB raised it from an HTTP response (5xx and the like): Telegram refused it.
@@ -89,14 +91,15 @@ def build_bot(
         base_file_url=f"{base}/file/bot",
         # Many chats answer at once: a roomy pool, and a wait for a free connection
         # rather than an error.
-        request=HTTPXRequest(
-            connection_pool_size=64,
+        request=AiohttpRequest(
+            connection_pool_size=8,
             read_timeout=read_timeout_s,
             write_timeout=30.0,
             connect_timeout=10.0,
             pool_timeout=30.0,
         ),
-        get_updates_request=HTTPXRequest(
+        # The long poll on its own connection, so that it never waits behind replies.
+        get_updates_request=AiohttpRequest(
             connection_pool_size=1,
             read_timeout=poll_timeout_s + 10.0,
             connect_timeout=10.0,
@@ -122,7 +125,7 @@ def is_not_modified(exc: BaseException) -> bool:
 
 
 def redact(text: str, token: str) -> str:
-    """PTB and httpx put the token in URLs; error texts may carry it."""
+    """PTB puts the token in URLs; error texts may carry it."""
     if token:
         text = text.replace(token, "***")
         secret = token.partition(":")[2]

@@ -101,8 +101,11 @@ SEND_RETRY = RetryPolicy(first_s=1.0, cap_s=10.0)
 
 @dataclass
 class _Typing:
+    """A chat's typing indicator: one per chat (topic), shown while any of its accepted
+    messages waits for or runs its turn (`users` of them)."""
+
     users: int
-    task: asyncio.Task[None]
+    stop: asyncio.Event
 
 
 class TelegramChannel:
@@ -140,6 +143,7 @@ class TelegramChannel:
         self._poller: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._typing: dict[tuple[int, int | None], _Typing] = {}
+        self._typing_tasks: set[asyncio.Task[None]] = set()  # also those winding down
         # Each chat's latest answer under way, done once delivered or given up on: the
         # next answer of the chat waits for it (order within a chat).
         self._answers: dict[str, asyncio.Future[None]] = {}
@@ -194,8 +198,10 @@ class TelegramChannel:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
-        for typing in list(self._typing.values()):
-            typing.task.cancel()
+        for task in list(self._typing_tasks):
+            task.cancel()
+        if self._typing_tasks:
+            await asyncio.wait(set(self._typing_tasks))
         with contextlib.suppress(Exception):
             await self._bot.shutdown()
 
@@ -638,28 +644,37 @@ class TelegramChannel:
 
     @contextlib.asynccontextmanager
     async def _typing_while(self, chat_id: int, thread_id: int | None) -> AsyncIterator[None]:
+        """Typing is shown in the chat while any of its turns is queued or running: one
+        loop per chat, however many of its messages wait."""
         key = (chat_id, thread_id)
         typing = self._typing.get(key)
         if typing is None:
-            task = asyncio.create_task(self._keep_typing(chat_id, thread_id))
-            typing = self._typing[key] = _Typing(0, task)
+            typing = self._typing[key] = _Typing(0, asyncio.Event())
+            task = asyncio.create_task(self._keep_typing(chat_id, thread_id, typing.stop))
+            self._typing_tasks.add(task)
+            task.add_done_callback(self._typing_tasks.discard)
         typing.users += 1
         try:
             yield
         finally:
             typing.users -= 1
             if typing.users == 0:
-                typing.task.cancel()
+                # Stopped, not cancelled: a sendChatAction cut off mid-request would
+                # cost its connection. The chat's next message starts a new loop.
+                typing.stop.set()
                 if self._typing.get(key) is typing:
                     del self._typing[key]
 
-    async def _keep_typing(self, chat_id: int, thread_id: int | None) -> None:
+    async def _keep_typing(self, chat_id: int, thread_id: int | None, stop: asyncio.Event) -> None:
         # Only for turns that take a while: a quick answer is its own sign of life, and
         # a sendChatAction per message costs a request for nothing.
-        await asyncio.sleep(min(TYPING_DELAY_S, self._settings.typing_interval_s))
+        interval = self._settings.typing_interval_s
+        if await _set_within(stop, min(TYPING_DELAY_S, interval)):
+            return
         while True:
             await self._sender.typing(chat_id, thread_id)
-            await asyncio.sleep(self._settings.typing_interval_s)
+            if await _set_within(stop, interval):
+                return
 
     # -- resume ---------------------------------------------------------------------------
 
@@ -749,6 +764,14 @@ class TelegramChannel:
         totals = _UsageSum()
         totals.add(await self._db.usage.totals_for_chat(key))
         return totals.describe(await self._db.usage.chat_conversations(key))
+
+
+async def _set_within(event: asyncio.Event, seconds: float) -> bool:
+    """Wait up to `seconds` for `event`; True if it is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    return event.is_set()
 
 
 def _saved_answer(turn: Any) -> tuple[str, str]:
