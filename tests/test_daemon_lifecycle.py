@@ -251,3 +251,23 @@ async def test_no_secret_reaches_stderr_even_after_errors(
     stderr = daemon.stderr
     for secret in (wrong_key, GATEWAY_TOKEN, bot_token, bot_token.split(":")[1]):
         assert secret not in stderr
+
+
+async def test_state_dir_and_db_flags_place_the_database(
+    tmp_path: Path, pingu_daemon: DaemonStarter
+) -> None:
+    # No [state] or [db] in the file: the flags decide, as the systemd unit's env does.
+    config = tmp_path / "config.toml"
+    config.write_text('[gateway]\naddr = "127.0.0.1:0"\n[log]\nformat = "json"\n', encoding="utf-8")
+    state = tmp_path / "state"
+    daemon = await pingu_daemon(config, "--state-dir", str(state))
+    [starting] = daemon.find("starting")
+    assert starting["database"] == str(state / "pingu.db")
+    assert await daemon.terminate() == 0
+    assert (state / "pingu.db").is_file()
+
+    elsewhere = tmp_path / "elsewhere.db"
+    daemon = await pingu_daemon(config, "--state-dir", str(state), "--db", str(elsewhere))
+    assert daemon.find("starting")[0]["database"] == str(elsewhere)
+    assert await daemon.terminate() == 0
+    assert elsewhere.is_file()

@@ -233,10 +233,12 @@ def parse_toml(text: str | bytes, *, file: Path | None) -> dict[str, Any]:
         raise ConfigError(file, None, f"invalid TOML: {message}", line=line) from None
 
 
-def load_config_or_exit(path: Path | None = None) -> Config:
+def load_config_or_exit(
+    path: Path | None = None, *, env: Mapping[str, str] | None = None
+) -> Config:
     """`load_config` for commands: on a bad config print one line and exit 2."""
     try:
-        return load_config(path)
+        return load_config(path, env=env)
     except ConfigError as exc:
         exit_config_error(exc)
 

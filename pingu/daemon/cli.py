@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from pingu.config.model import DEFAULT_DB_FILENAME, Config
+from pingu.config import config_option
+from pingu.config.loader import ENV_DB_PATH, ENV_STATE_DIR
 from pingu.daemon.app import DEFAULT_GRACE_S
 
 ENV_GRACE = "PINGU_SHUTDOWN_GRACE"
@@ -30,37 +31,8 @@ def _parse_addr(value: str) -> str:
     return value
 
 
-def apply_overrides(
-    config: Config,
-    *,
-    addr: str | None = None,
-    state_dir: Path | None = None,
-    db_path: Path | None = None,
-) -> Config:
-    """The config with the command line's --addr, --state-dir and --db applied."""
-    if addr is not None:
-        config = dataclasses.replace(config, gateway=dataclasses.replace(config.gateway, addr=addr))
-    if state_dir is not None:
-        state_dir = state_dir.expanduser().absolute()
-        # A database at its default place (inside the state dir) moves with it.
-        if db_path is None and config.db.path == config.state_dir / DEFAULT_DB_FILENAME:
-            db_path = state_dir / DEFAULT_DB_FILENAME
-        config = dataclasses.replace(config, state_dir=state_dir)
-    if db_path is not None:
-        config = dataclasses.replace(
-            config, db=dataclasses.replace(config.db, path=db_path.expanduser().absolute())
-        )
-    return config
-
-
 @click.command("gateway")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Config file (default: $PINGU_CONFIG, then ~/.config/pingu/config.toml).",
-)
+@config_option
 @click.option(
     "--addr",
     default=None,
@@ -72,10 +44,9 @@ def apply_overrides(
     "--state-dir",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    envvar="PINGU_STATE_DIR",
     help=(
-        "Overrides [state] dir (workspaces; the database too unless [db] path is set). "
-        "The systemd unit passes its StateDirectory (env PINGU_STATE_DIR)."
+        "Overrides [state] dir (workspaces; the database too unless [db] path is set), "
+        f"like {ENV_STATE_DIR}, which the systemd unit sets to its StateDirectory."
     ),
 )
 @click.option(
@@ -83,8 +54,7 @@ def apply_overrides(
     "db_path",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    envvar="PINGU_DB",
-    help="Overrides [db] path (env PINGU_DB).",
+    help=f"Overrides [db] path, like {ENV_DB_PATH}.",
 )
 @click.option(
     "--grace",
@@ -112,10 +82,18 @@ def gateway_command(
     """
     from pingu.config.loader import load_config_or_exit
 
+    # The flags act as the environment variables they stand for, so the loader alone
+    # decides what follows from them (the database moves with the state directory
+    # unless [db] path is set).
+    env = dict(os.environ)
+    if state_dir is not None:
+        env[ENV_STATE_DIR] = str(state_dir.expanduser().absolute())
+    if db_path is not None:
+        env[ENV_DB_PATH] = str(db_path.expanduser().absolute())
     # The config comes first: a config error exits 2 before anything has started.
-    config = apply_overrides(
-        load_config_or_exit(config_path), addr=addr, state_dir=state_dir, db_path=db_path
-    )
+    config = load_config_or_exit(config_path, env=env)
+    if addr is not None:
+        config = dataclasses.replace(config, gateway=dataclasses.replace(config.gateway, addr=addr))
 
     from pingu.daemon.logging import configure_logging
     from pingu.daemon.notify import Notifier
