@@ -6,11 +6,12 @@ off, so the ones here (429, 5xx, connection errors and timeouts; honouring `retr
 and `retry-after`) are the only ones, and they happen only before the first event reached
 the caller, so streamed text is never repeated.
 
-The request goes through the openai client's `post` (its auth, base_url, transport and
-error classes) with the JSON body as built here, and the SSE stream is read by
-`pingu.llm.sse` into plain dicts: `responses.create` would transform the whole input on
-every call and build a pydantic model per event, which cost more than everything else a
-turn does (see bench/bench_agent.py).
+The request goes through the openai client's `post` (its auth, base_url and error
+classes; the bytes go through aiohttp, see `pingu.llm.transport`) with the JSON body as
+built here, and the SSE stream is read by `pingu.llm.sse` into plain dicts:
+`responses.create` would transform the whole input on every call and build a pydantic
+model per event, which cost more than everything else a turn does (see
+bench/bench_agent.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import structlog
 
 from pingu.config.model import LLMConfig
 from pingu.llm.sse import SSEFormatError, SSEReader
+from pingu.llm.transport import AiohttpTransport, openai_http_client
 
 log = structlog.get_logger("pingu.llm")
 
@@ -168,6 +170,7 @@ class ModelClient:
         *,
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 8.0,
+        transport: AiohttpTransport | None = None,
     ) -> None:
         self.llm = llm
         self._backoff_base_s = backoff_base_s
@@ -182,6 +185,9 @@ class ModelClient:
                 base_url=llm.base_url,
                 max_retries=0,  # ours are the only retries
                 timeout=llm.timeout_s,
+                # aiohttp underneath: httpx2's own transport (httpcore2) cost more CPU per
+                # call than the rest of a turn once hundreds of streams run at once.
+                http_client=openai_http_client(transport),
             )
 
     async def close(self) -> None:

@@ -16,17 +16,16 @@ message that leaves this module has the token replaced.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
 import aiohttp
-from aiohttp.helpers import get_env_proxy_for_url
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import ODVInput
 from telegram.error import NetworkError, TimedOut
 from telegram.request import BaseRequest, RequestData
-from yarl import URL
+
+from pingu.http import EnvProxies
 
 # The path segment PTB builds from the token: /bot<id>:<secret>/ (and /file/bot...).
 _TOKEN_IN_URL = re.compile(r"bot\d+:[A-Za-z0-9_-]+")
@@ -79,8 +78,8 @@ class AiohttpRequest(BaseRequest):
         self._media_write_timeout = media_write_timeout
         # Created in initialize(): an aiohttp session belongs to a running loop.
         self._session: aiohttp.ClientSession | None = None
-        # The proxy from the environment for each origin ("http://host:port").
-        self._proxies: dict[str, tuple[URL | None, aiohttp.BasicAuth | None]] = {}
+        # HTTP(S)_PROXY / NO_PROXY, as httpx honours them, looked up once per origin.
+        self._proxies = EnvProxies()
 
     @property
     def read_timeout(self) -> float | None:
@@ -93,9 +92,7 @@ class AiohttpRequest(BaseRequest):
                 connector=connector,
                 # Telegram's answers are JSON; the Bot API never sets cookies.
                 cookie_jar=aiohttp.DummyCookieJar(),
-                # Proxies from the environment (as httpx honours them) are looked up
-                # once per origin in _proxy(): aiohttp's trust_env would do it, and
-                # read ~/.netrc, in a worker thread for every request.
+                # Proxies from the environment come from EnvProxies, once per origin.
                 trust_env=False,
             )
             self._proxies.clear()
@@ -145,7 +142,7 @@ class AiohttpRequest(BaseRequest):
                 body = request_data.url_encoded_parameters().encode("ascii")
                 headers.update(_FORM)
 
-        proxy, proxy_auth = await self._proxy(url)
+        proxy, proxy_auth = await self._proxies.for_url(url)
         try:
             async with session.request(
                 method,
@@ -171,18 +168,6 @@ class AiohttpRequest(BaseRequest):
             raise NetworkError(f"aiohttp.{type(exc).__name__}: {scrub(str(exc))}") from _scrubbed(
                 exc
             )
-
-    async def _proxy(self, url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
-        """HTTP(S)_PROXY / NO_PROXY for this URL's origin, looked up once."""
-        origin = "/".join(url.split("/", 3)[:3])
-        found = self._proxies.get(origin)
-        if found is None:
-            try:
-                found = await asyncio.to_thread(get_env_proxy_for_url, URL(origin))
-            except LookupError:
-                found = (None, None)
-            self._proxies[origin] = found
-        return found
 
 
 def _sum(*parts: float | None) -> float | None:
