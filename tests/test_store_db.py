@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pingu.store import Database, StoreError, UsageRecord, hash_api_key
+from pingu.store import Database, DuplicateTurnError, StoreError, UsageRecord, hash_api_key
 
 
 @pytest.fixture
@@ -188,3 +188,49 @@ async def test_channel_sessions(db: Database) -> None:
     assert await db.inbound.current_session("telegram:5") == "telegram:5#2"
     assert await db.inbound.start_new_session("telegram:5") == "telegram:5#3"
     assert await db.inbound.current_session("telegram:6") == "telegram:6"
+
+
+async def test_concurrent_writes_are_each_durable_when_they_return(db: Database) -> None:
+    reader = db.read()
+
+    async def save(n: int) -> None:
+        turn_id = await db.history.save_turn(f"s:{n % 7}", f"message {n}", [], model="m")
+        # Group commit: by the time save_turn returns, its batch has committed.
+        rows = await reader.execute_fetchall(
+            "SELECT user_message FROM turns WHERE id = ?", (turn_id,)
+        )
+        assert [tuple(r) for r in rows] == [(f"message {n}",)]
+
+    await asyncio.gather(*(save(n) for n in range(300)))
+    [(count,)] = await reader.execute_fetchall("SELECT count(*) FROM turns")
+    assert count == 300
+
+
+async def test_a_failing_write_fails_alone_and_its_batch_commits(db: Database) -> None:
+    await db.history.save_turn("s:1", "first", [], model="m", inbound_ref="telegram:1")
+    results = await asyncio.gather(
+        db.history.save_turn("s:1", "before", [], model="m"),
+        db.history.save_turn("s:1", "again", [], model="m", inbound_ref="telegram:1"),
+        db.history.save_turn("s:1", "after", [], model="m"),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], DuplicateTurnError)
+    assert all(isinstance(r, int) for r in (results[0], results[2]))
+    turns = await db.history.list_turns("s:1")
+    assert [t.user_message for t in turns] == ["first", "before", "after"]
+
+
+async def test_close_writes_what_was_queued(tmp_path: Path) -> None:
+    database = await Database.open(tmp_path / "pingu.db")
+    pending = [
+        asyncio.create_task(database.history.save_turn("s:1", f"m{n}", [], model="m"))
+        for n in range(20)
+    ]
+    await asyncio.sleep(0)  # queued, not yet written
+    await database.close()
+    assert all(task.done() and not task.exception() for task in pending)
+    reopened = await Database.open(tmp_path / "pingu.db")
+    try:
+        assert await reopened.history.count_turns("s:1") == 20
+    finally:
+        await reopened.close()
