@@ -234,3 +234,21 @@ async def test_close_writes_what_was_queued(tmp_path: Path) -> None:
         assert await reopened.history.count_turns("s:1") == 20
     finally:
         await reopened.close()
+
+
+async def test_a_cancelled_writer_task_leaves_no_caller_waiting(db: Database) -> None:
+    for steps in (1, 2, 3, 5, 8):  # cancelled before, while and after it takes its batch
+        tasks = [
+            asyncio.create_task(db.history.save_turn("s:1", f"m{n}", [], model="m"))
+            for n in range(10)
+        ]
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        assert db._flusher is not None
+        db._flusher.cancel()
+        async with asyncio.timeout(10):
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, int | StoreError) for r in results), results
+    # Whatever was reported written is in the database.
+    written = sum(isinstance(r, int) for r in results)
+    assert written <= await db.history.count_turns("s:1")

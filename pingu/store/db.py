@@ -142,6 +142,7 @@ class Database:
         self._pending_writes.append(_PendingWrite(sql, params, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_writes(), name="db-group-commit")
+            self._flusher.add_done_callback(self._flusher_done)
         return await future
 
     async def _flush_writes(self) -> None:
@@ -157,29 +158,40 @@ class Database:
                     continue
                 await self._write_batch(batch)
 
+    def _flusher_done(self, task: asyncio.Task[None]) -> None:
+        # Cancelled (event-loop teardown), perhaps before it ever ran: the writes it had
+        # not taken must not leave their callers waiting. A newer flusher owns them, if any.
+        if task.cancelled() and task is self._flusher:
+            for write in self._pending_writes:
+                if not write.future.done():
+                    write.future.set_exception(StoreError("the database writer stopped"))
+            self._pending_writes.clear()
+
     async def _write_batch(self, batch: list[_PendingWrite]) -> None:
-        conn = self._writer
-        if len(batch) == 1:  # alone: autocommit, one round trip
-            write = batch[0]
-            try:
-                row = await conn.execute_insert(write.sql, write.params)
-            except Exception as exc:
-                if not write.future.done():
-                    write.future.set_exception(exc)
-            else:
-                if not write.future.done():
-                    write.future.set_result(int(row[0]) if row else 0)
-            return
+        # Its own task, shielded: if the flusher is cancelled (event-loop teardown) the
+        # batch still finishes, so no caller waits forever and none is told that a write
+        # which committed failed.
+        work = asyncio.ensure_future(self._run_batch(batch))
         try:
-            await conn.execute_fetchall("BEGIN IMMEDIATE")
-            # Queued in order on the connection's thread without waiting for each other.
-            results = await asyncio.gather(
-                *(conn.execute_insert(w.sql, w.params) for w in batch), return_exceptions=True
-            )
-            # Shielded: a cancellation must not cut the commit of what others wait for.
-            await asyncio.shield(conn.execute_fetchall("COMMIT"))
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await asyncio.wait([work])
+            raise
+
+    async def _run_batch(self, batch: list[_PendingWrite]) -> None:
+        conn = self._writer
+        inserts = (conn.execute_insert(w.sql, w.params) for w in batch)
+        try:
+            if len(batch) == 1:  # alone: autocommit, one round trip
+                results = await asyncio.gather(*inserts, return_exceptions=True)
+            else:
+                await conn.execute_fetchall("BEGIN IMMEDIATE")
+                # Queued in order on the connection's thread without waiting for each other.
+                results = await asyncio.gather(*inserts, return_exceptions=True)
+                await conn.execute_fetchall("COMMIT")
         except BaseException as exc:
-            await asyncio.shield(self._rollback())
+            if len(batch) > 1:
+                await asyncio.shield(self._rollback())
             error = exc if isinstance(exc, Exception) else StoreError("the write was cancelled")
             for write in batch:
                 if not write.future.done():
