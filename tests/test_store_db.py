@@ -252,3 +252,39 @@ async def test_a_cancelled_writer_task_leaves_no_caller_waiting(db: Database) ->
     # Whatever was reported written is in the database.
     written = sum(isinstance(r, int) for r in results)
     assert written <= await db.history.count_turns("s:1")
+
+
+async def test_new_session_is_started_once_per_update(db: Database) -> None:
+    """A /new resumed after a crash (its reply not yet confirmed) must not move the chat
+    again, even after a later /new moved it further."""
+    for update_id in (20, 21):
+        assert await db.inbound.accept("telegram", update_id, "telegram:7", {"update_id": 1})
+    first = await db.inbound.start_new_session("telegram:7", channel="telegram", update_id=20)
+    assert first == "telegram:7#2"
+    again = await db.inbound.start_new_session("telegram:7", channel="telegram", update_id=20)
+    assert again == "telegram:7#2"
+    assert await db.inbound.current_session("telegram:7") == "telegram:7#2"
+    later = await db.inbound.start_new_session("telegram:7", channel="telegram", update_id=21)
+    assert later == "telegram:7#3"
+    assert (
+        await db.inbound.start_new_session("telegram:7", channel="telegram", update_id=20)
+        == "telegram:7#2"
+    )
+    assert await db.inbound.current_session("telegram:7") == "telegram:7#3"
+
+
+async def test_a_payload_with_a_lone_surrogate_is_stored(db: Database) -> None:
+    payload = {"update_id": 30, "message": {"text": "bad \ud800 text, fine é"}}
+    assert await db.inbound.accept_many("telegram", [(30, "telegram:8", payload)]) == {30}
+    row = await db.inbound.get("telegram", 30)
+    assert row is not None and row.payload == payload
+
+
+async def test_an_unrecordable_update_gets_a_closed_minimal_row(db: Database) -> None:
+    await db.inbound.accept_unrecordable("telegram", 40, "telegram:9", "IntegrityError")
+    await db.inbound.accept_unrecordable("telegram", 40, "telegram:9", "IntegrityError")
+    row = await db.inbound.get("telegram", 40)
+    assert row is not None and row.status == "ignored"
+    assert row.payload == {"update_id": 40, "unrecordable": "IntegrityError"}
+    assert await db.inbound.max_update_id("telegram") == 40
+    assert await db.inbound.unfinished("telegram") == []

@@ -366,8 +366,10 @@ async def test_sigkill_after_the_turn_was_saved_delivers_the_stored_answer(
     tg = fake_telegram
     fake_responses.queue(text("Stored answer."))
     config = config_for(tmp_path, tg, fake_responses)
-    # The first tries fail; the daemon waits a second before trying again, and is killed.
-    tg.fail("sendMessage", 502, "Bad Gateway", times=1)
+    # Telegram refuses the first try (flood control: surely not sent; a 5xx would leave
+    # the answer uncertain, never sent again); the daemon waits a second before trying
+    # again, and is killed.
+    tg.flood("sendMessage", retry_after=1, times=1)
     daemon = await DaemonProcess.start(config)
     try:
         tg.push_text(USER, USER, "hello")

@@ -211,3 +211,58 @@ async def test_a_request_before_initialize_or_after_shutdown_is_refused(
         assert (await bot._post("getMe", {}))["is_bot"] is True
     finally:
         await request.shutdown()
+
+
+async def test_a_5xx_to_sendmessage_is_uncertain_whatever_its_body(
+    fake_telegram: FakeTelegram, bot: Bot
+) -> None:
+    """A 502 may come from a gateway after the Bot API delivered the message: JSON body
+    (PTB: NetworkError, no cause) or HTML body (NetworkError caused by the failed parse),
+    the sender treats both alike, as uncertain, and sends nothing twice."""
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    sender = TelegramSender(bot, fake_telegram.token, retry=FAST)
+    fake_telegram.fail("sendMessage", 502, "Bad Gateway")
+    with pytest.raises(DeliveryUncertain):
+        await sender.send(CHAT, "json 502")
+    assert [c.status for c in fake_telegram.calls("sendMessage")] == [502]
+
+    requests: list[bytes] = []
+
+    async def html_502(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await reader.readuntil(b"\r\n\r\n"))
+        page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+        writer.write(
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(page), page)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(html_502, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    request = AiohttpRequest()
+    html_bot = bot_on(f"http://127.0.0.1:{port}", fake_telegram.token, request)
+    await request.initialize()
+    try:
+        with pytest.raises(NetworkError) as caught:
+            await html_bot._post("sendMessage", {"chat_id": CHAT, "text": "hi"})
+        assert not surely_not_sent(caught.value)
+        with pytest.raises(DeliveryUncertain):
+            await TelegramSender(html_bot, fake_telegram.token, retry=FAST).send(CHAT, "html")
+    finally:
+        await request.shutdown()
+        server.close()
+        await server.wait_closed()
+    assert len(requests) == 2  # one each: never a second try
+
+
+async def test_flood_control_on_sendmessage_is_waited_out_and_delivered_once(
+    fake_telegram: FakeTelegram, bot: Bot
+) -> None:
+    """429 is Telegram saying "not sent, later": retried, unlike a 5xx."""
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    fake_telegram.flood("sendMessage", retry_after=0.01, times=2)
+    sender = TelegramSender(bot, fake_telegram.token, retry=FAST)
+    await sender.send(CHAT, "delivered")
+    assert fake_telegram.chat_texts(CHAT) == ["delivered"]
+    assert [c.status for c in fake_telegram.calls("sendMessage")] == [429, 429, 200]

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from telegram.error import RetryAfter
 
 from pingu.agent.events import TextDelta
 from pingu.channels.telegram import stream as stream_module
 from pingu.channels.telegram.api import TelegramSender, build_bot
 from pingu.channels.telegram.render import split_markdown
 from pingu.channels.telegram.stream import (
+    LOST_PROGRESS_MESSAGE_ID,
     PROGRESS_WINDOW,
     UNKNOWN_MESSAGE_ID,
     DeliveryState,
@@ -192,3 +194,59 @@ async def test_progress_splits_only_the_first_message_worth_of_a_long_answer(
     shown = fake_telegram.chat_texts(CHAT)
     assert shown[0] is not None and shown[0].startswith("Start. Paragraph 0")
     assert "".join(t or "" for t in shown).count("Paragraph 499 ") == 1
+
+
+async def test_after_an_uncertain_progress_message_the_final_answer_survives_a_failed_try(
+    fake_telegram: FakeTelegram, impatient_sender: TelegramSender
+) -> None:
+    """The progress message (a prefix) may or may not be in the chat; the answer itself
+    was never sent. A try of the final send that Telegram refuses (flood control) must
+    not turn that into "the answer is sent": the next try sends it, once."""
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    ledger = Ledger()
+    reply = streamer(impatient_sender, ledger, DeliveryState(), interval=0.0)
+    fake_telegram.stall("sendMessage", 1.0)
+    await reply.sink(TextDelta("Partial ans"))
+    await fake_telegram.wait_for(lambda: ledger.message_ids, timeout=5)
+    # Recorded apart from an uncertain *final* send: a resumed delivery still sends it.
+    assert ledger.message_ids == [LOST_PROGRESS_MESSAGE_ID]
+    final = "Partial answer, complete now."
+    # Longer than the sender waits out inside one send: raised to the caller (the
+    # channel), which tries finish() again later.
+    fake_telegram.flood("sendMessage", retry_after=3600, times=1)
+    with pytest.raises(RetryAfter):
+        await reply.finish(final)
+    await reply.finish(final)
+    assert fake_telegram.chat_texts(CHAT) == ["Partial ans", final]
+    assert ledger.message_ids[:1] == [LOST_PROGRESS_MESSAGE_ID]
+    assert ledger.message_ids[-1] == fake_telegram.chat_messages(CHAT)[-1].message_id
+
+
+async def test_a_resumed_answer_after_a_lost_progress_message_is_sent_once(
+    fake_telegram: FakeTelegram, sender: TelegramSender
+) -> None:
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    ledger = Ledger()
+    resumed = streamer(sender, ledger, DeliveryState(LOST_PROGRESS_MESSAGE_ID), 30.0)
+    await resumed.finish("The whole answer.")
+    assert fake_telegram.chat_texts(CHAT) == ["The whole answer."]
+    assert len(ledger.message_ids) == 1 and ledger.message_ids[0] > 0
+    # Resumed again (say, the process died before closing the update): not again.
+    again = streamer(sender, Ledger(), DeliveryState(ledger.message_ids[0]), 30.0)
+    await again.finish("The whole answer.")
+    assert fake_telegram.chat_texts(CHAT) == ["The whole answer."]
+
+
+async def test_an_uncertain_progress_message_showing_the_whole_answer_is_not_repeated(
+    fake_telegram: FakeTelegram, impatient_sender: TelegramSender
+) -> None:
+    fake_telegram.push_text(CHAT, CHAT, "hi")
+    ledger = Ledger()
+    reply = streamer(impatient_sender, ledger, DeliveryState(), interval=0.0)
+    fake_telegram.stall("sendMessage", 1.0)
+    await reply.sink(TextDelta("Short answer."))
+    await fake_telegram.wait_for(lambda: ledger.message_ids, timeout=5)
+    await reply.finish("Short answer.")
+    assert fake_telegram.chat_texts(CHAT) == ["Short answer."]
+    # From here on it counts as the answer sent, id unknown (a restart skips it too).
+    assert ledger.message_ids[-1] == UNKNOWN_MESSAGE_ID

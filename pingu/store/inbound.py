@@ -78,8 +78,10 @@ class InboundRepository:
         self, updates: Sequence[tuple[int, str, dict[str, Any]]], channel: str
     ) -> set[int]:
         batch = [
-            # The payload goes in as JSON text, stored exactly as `accept` always did.
-            {"update_id": u, "chat_key": k, "payload": json.dumps(p, ensure_ascii=False)}
+            # The payload goes in as JSON text. ASCII-only: a lone surrogate ("\ud800",
+            # valid in JSON, not in UTF-8) stays an escape instead of failing SQLite's
+            # UTF-8 bind, which made the whole batch unstorable.
+            {"update_id": u, "chat_key": k, "payload": json.dumps(p, ensure_ascii=True)}
             for u, k, p in updates
         ]
         params = {
@@ -89,6 +91,22 @@ class InboundRepository:
         }
         rows = await self._db.write_returning(self._q.sql("inbound_accept_batch"), params)
         return {int(row[0]) for row in rows}
+
+    async def accept_unrecordable(
+        self, channel: str, update_id: int, chat_key: str, reason: str
+    ) -> None:
+        """Record an update whose payload cannot be stored as closed ('ignored'), with a
+        minimal payload, so that it counts as recorded (`max_update_id`) and is never
+        handled. Raises if even that cannot be written (the database is failing)."""
+        payload = json.dumps({"update_id": update_id, "unrecordable": reason}, ensure_ascii=True)
+        params = {
+            "channel": channel,
+            "update_id": update_id,
+            "chat_key": chat_key.encode("utf-8", "replace").decode("utf-8"),
+            "payload": payload,
+            "now": now_ms(),
+        }
+        await self._write("inbound_accept_unrecordable", params)
 
     async def set_reply_message(self, channel: str, update_id: int, message_id: int) -> None:
         params = {
@@ -147,10 +165,21 @@ class InboundRepository:
         )
         return rows[0][0] if rows else chat_key
 
-    async def start_new_session(self, chat_key: str) -> str:
+    async def start_new_session(
+        self, chat_key: str, *, channel: str | None = None, update_id: int | None = None
+    ) -> str:
         """Point the chat at a fresh session ('{chat_key}#2', '#3', ...); return its id.
-        The old session and its turns stay."""
+        The old session and its turns stay.
+
+        With the `/new` update's `channel` and `update_id`, the new session is recorded in
+        its ledger row in the same transaction, and a second call for the same update
+        (resumed after a crash) returns that session without moving the chat again."""
+        ledger = {"channel": channel, "update_id": update_id}
         async with self._db.transaction() as conn:
+            if update_id is not None:
+                done = await conn.execute_fetchall(self._q.sql("inbound_new_session"), ledger)
+                if done and done[0][0]:
+                    return str(done[0][0])
             rows = await conn.execute_fetchall(
                 self._q.sql("inbound_current_session"), {"chat_key": chat_key}
             )
@@ -162,4 +191,9 @@ class InboundRepository:
                 self._q.sql("inbound_set_current_session"),
                 {"chat_key": chat_key, "session_id": session_id, "now": now_ms()},
             )
+            if update_id is not None:
+                await conn.execute_fetchall(
+                    self._q.sql("inbound_set_new_session"),
+                    {**ledger, "session_id": session_id, "now": now_ms()},
+                )
         return session_id

@@ -55,3 +55,18 @@ FROM json_each(:batch)
 WHERE true
 ON CONFLICT (channel, update_id) DO NOTHING
 RETURNING update_id;
+
+-- name: inbound_accept_unrecordable!
+-- An update whose payload could not be stored: a minimal row, closed as ignored, so that
+-- the offset can move past it (nothing else of it is kept).
+INSERT INTO inbound_updates (channel, update_id, chat_key, payload, status, created_at,
+                             updated_at)
+VALUES (:channel, :update_id, :chat_key, :payload, 'ignored', :now, :now)
+ON CONFLICT (channel, update_id) DO NOTHING;
+
+-- name: inbound_new_session$
+SELECT new_session FROM inbound_updates WHERE channel = :channel AND update_id = :update_id;
+
+-- name: inbound_set_new_session!
+UPDATE inbound_updates SET new_session = :session_id, updated_at = :now
+WHERE channel = :channel AND update_id = :update_id;

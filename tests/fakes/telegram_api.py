@@ -1123,7 +1123,9 @@ class FakeTelegram:
 
     # ----- control
 
-    def flood(self, method: str, retry_after: int = 1, times: int = 1) -> None:
+    def flood(self, method: str, retry_after: float = 1, times: int = 1) -> None:
+        """The next `times` calls of `method` answer 429 (flood control). The real API's
+        retry_after is whole seconds; a fraction keeps a test fast."""
         self._injected.setdefault(method.lower(), []).append(
             _Injected(
                 429,

@@ -55,13 +55,15 @@ class DeliveryUncertain(TelegramError):
 def surely_not_sent(exc: BaseException) -> bool:
     """True when a PTB TimedOut/NetworkError wraps a failure before the request left us
     (AiohttpRequest raises them `from` the aiohttp exception, as PTB's HTTPXRequest does
-    from httpx's), or when Telegram answered with an error status (it did not act on the
-    request)."""
-    cause = exc.__cause__
-    if cause is None:
-        # PTB raised it from an HTTP response (5xx and the like): Telegram refused it.
-        return not isinstance(exc, TimedOut)
-    return isinstance(cause, _NOT_SENT)
+    from httpx's).
+
+    Anything else is not sure. In particular an HTTP error response that PTB turns into a
+    NetworkError (a 5xx such as 502 Bad Gateway, whatever its body: JSON, with no cause,
+    or HTML, caused by the failed parse): a gateway in front of the Bot API may answer so
+    after the backend delivered the message. The answers that do say "not done" are not
+    NetworkErrors and never get here: 429 (RetryAfter: flood control refused it, waited
+    out and retried), 400/403 (BadRequest/Forbidden: refused for good)."""
+    return isinstance(exc.__cause__, _NOT_SENT)
 
 
 class PollingBot(Bot):

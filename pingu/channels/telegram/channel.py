@@ -44,7 +44,7 @@ from pingu.channels.telegram.api import (
     retry_after_seconds,
 )
 from pingu.channels.telegram.render import split_markdown
-from pingu.channels.telegram.stream import DeliveryState, ReplyStreamer
+from pingu.channels.telegram.stream import DeliveryState, ReplyStreamer, record_shielded
 from pingu.channels.telegram.updates import (
     COMMAND,
     IGNORE,
@@ -320,8 +320,9 @@ class TelegramChannel:
     async def _ingest(self, batch: list[Any], offset: int | None) -> int | None:
         """Record the batch, then handle what is new. Returns the next offset, which
         confirms the batch: only reached once every update of it is in the ledger.
-        The batch is recorded in one transaction: if that fails, nothing is recorded,
-        the offset stays and Telegram sends the same batch again."""
+        The batch is recorded in one transaction; if that fails, its updates are recorded
+        one by one (see _accept_one_by_one). Only if the database fails altogether does
+        this raise: the offset stays and Telegram sends the same batch again."""
         records: list[tuple[int, str, dict[str, Any]]] = []
         highest = offset - 1 if offset is not None else None
         for payload in batch:
@@ -331,7 +332,11 @@ class TelegramChannel:
                 continue
             records.append((update_id, chat_key_of(payload), payload))
             highest = update_id if highest is None else max(highest, update_id)
-        new_ids = await self._db.inbound.accept_many(self.name, records)
+        try:
+            new_ids = await self._db.inbound.accept_many(self.name, records)
+        except Exception as exc:
+            log.warning("telegram.batch_not_recorded", updates=len(records), error=repr(exc))
+            new_ids = await self._accept_one_by_one(records)
         fresh: list[tuple[int, dict[str, Any]]] = []
         for update_id, _, payload in records:
             if update_id in new_ids:
@@ -341,6 +346,23 @@ class TelegramChannel:
                 log.info("telegram.duplicate_update", update_id=update_id)
         await self._route_all(fresh)
         return None if highest is None else highest + 1
+
+    async def _accept_one_by_one(self, records: list[tuple[int, str, dict[str, Any]]]) -> set[int]:
+        """One update the ledger cannot store must not stop the channel (the offset would
+        never move past it): it is recorded as a closed minimal row, the others as usual.
+        If even the minimal row cannot be written, the database itself is failing: that
+        raises, and nothing is confirmed to Telegram."""
+        new_ids: set[int] = set()
+        for update_id, chat_key, payload in records:
+            try:
+                if await self._db.inbound.accept(self.name, update_id, chat_key, payload):
+                    new_ids.add(update_id)
+            except Exception as exc:
+                await self._db.inbound.accept_unrecordable(
+                    self.name, update_id, chat_key, type(exc).__name__
+                )
+                log.error("telegram.update_not_recorded", update_id=update_id, error=repr(exc))
+        return new_ids
 
     async def _route_all(self, fresh: list[tuple[int, dict[str, Any]]]) -> None:
         for update_id, payload in fresh:
@@ -369,8 +391,9 @@ class TelegramChannel:
             log.info("telegram.ignored", update_id=update_id, reason=incoming.reason)
             await self._finish(update_id, "ignored")
             return
+        replied = state.chunks_sent if state is not None else 0
         if incoming.user_id not in self._allowed:
-            self._spawn(self._refuse(incoming))
+            self._spawn(self._refuse(incoming, replied))
             return
         log.debug(
             "telegram.accepted",
@@ -381,9 +404,9 @@ class TelegramChannel:
             command=incoming.command or None,
         )
         if incoming.kind == NOT_TEXT:
-            self._spawn(self._reply_and_finish(incoming, NOT_TEXT_REPLY, "done"))
+            self._spawn(self._reply_and_finish(incoming, NOT_TEXT_REPLY, "done", replied))
         elif incoming.kind == COMMAND:
-            await self._command(incoming)
+            await self._command(incoming, replied)
         elif incoming.kind == TEXT:
             await self._start_turn(incoming, state or DeliveryState(), attempts)
 
@@ -402,7 +425,7 @@ class TelegramChannel:
         self._handled += 1
         log.info("telegram.done", update_id=update_id, status=status)
 
-    async def _refuse(self, incoming: Incoming) -> None:
+    async def _refuse(self, incoming: Incoming, replied: int = 0) -> None:
         log.warning(
             "telegram.refused",
             update_id=incoming.update_id,
@@ -414,7 +437,7 @@ class TelegramChannel:
             f"Sorry, you are not allowed to use this bot. Your Telegram user ID is "
             f"{incoming.user_id}; the bot's owner can allow it."
         )
-        await self._reply_and_finish(incoming, text, "ignored")
+        await self._reply_and_finish(incoming, text, "ignored", replied)
 
     def _allow_command(self, user_id: int) -> str:
         """The `pingu config set` command that adds a user to the allowed ones (the value
@@ -423,9 +446,14 @@ class TelegramChannel:
         value = "[" + ", ".join(str(u) for u in users) + "]"
         return f"pingu config set channel.{self.name}.settings.allowed_users '{value}'"
 
-    async def _reply_and_finish(self, incoming: Incoming, text: str, status: str) -> None:
+    async def _reply_and_finish(
+        self, incoming: Incoming, text: str, status: str, replied: int = 0
+    ) -> None:
+        """Send a reply that is not an answer (commands, refusals, ...), chunk by chunk.
+        Each chunk sent (or maybe sent) is counted in the ledger's chunks_sent, so that a
+        reply resumed after a crash (`replied`: the count recorded) goes on after it."""
         chunks = split_markdown(text)
-        sent = 0
+        sent = replied
         attempt = 0
         while sent < len(chunks):
             try:
@@ -437,6 +465,10 @@ class TelegramChannel:
                 )
             except DeliveryUncertain:
                 pass  # maybe delivered: never sent twice
+            except asyncio.CancelledError:
+                # Cut off mid-request (close()): maybe delivered, counted like the above.
+                await record_shielded(self._record_replied(incoming, sent + 1))
+                raise
             except TelegramError as exc:
                 attempt += 1
                 if not await self._wait_to_retry(incoming, exc, attempt, "telegram.reply_failed"):
@@ -446,7 +478,11 @@ class TelegramChannel:
                     return  # closing: left unfinished, sent at the next start
                 continue
             sent += 1
+            await record_shielded(self._record_replied(incoming, sent))
         await self._finish(incoming.update_id, status)
+
+    async def _record_replied(self, incoming: Incoming, chunks: int) -> None:
+        await self._db.inbound.set_chunks_sent(self.name, incoming.update_id, chunks)
 
     async def _wait_to_retry(
         self, incoming: Incoming, exc: TelegramError, attempt: int, event: str
@@ -699,11 +735,14 @@ class TelegramChannel:
 
     # -- commands -------------------------------------------------------------------------
 
-    async def _command(self, incoming: Incoming) -> None:
+    async def _command(self, incoming: Incoming, replied: int = 0) -> None:
         command = incoming.command
         if command == "new":
-            # Here, not in a task: messages after /new must go to the new session.
-            session_id = await self._db.inbound.start_new_session(incoming.chat_key)
+            # Here, not in a task: messages after /new must go to the new session. Per
+            # update: a /new resumed after a crash does not move the chat again.
+            session_id = await self._db.inbound.start_new_session(
+                incoming.chat_key, channel=self.name, update_id=incoming.update_id
+            )
             self._sessions[incoming.chat_key] = session_id
             log.info("telegram.new_session", chat=incoming.chat_key, session=session_id)
             reply = "Started a new conversation. The previous one is kept."
@@ -717,22 +756,24 @@ class TelegramChannel:
         elif command in ("start", "help"):
             reply = HELP_TEXT
         elif command == "status":
-            self._spawn(self._reply_later(incoming, self._status_text(incoming)))
+            self._spawn(self._reply_later(incoming, self._status_text(incoming), replied))
             return
         elif command == "usage":
-            self._spawn(self._reply_later(incoming, self._usage_text(incoming)))
+            self._spawn(self._reply_later(incoming, self._usage_text(incoming), replied))
             return
         else:
             reply = f"Unknown command /{command}. /help lists what I understand."
-        self._spawn(self._reply_and_finish(incoming, reply, "done"))
+        self._spawn(self._reply_and_finish(incoming, reply, "done", replied))
 
-    async def _reply_later(self, incoming: Incoming, text: Awaitable[str]) -> None:
+    async def _reply_later(
+        self, incoming: Incoming, text: Awaitable[str], replied: int = 0
+    ) -> None:
         try:
             reply = await text
         except Exception:
             log.exception("telegram.command_failed", command=incoming.command)
             reply = ERROR_REPLY
-        await self._reply_and_finish(incoming, reply, "done")
+        await self._reply_and_finish(incoming, reply, "done", replied)
 
     async def _current_session(self, chat_key: str) -> str:
         session_id = self._sessions.get(chat_key)

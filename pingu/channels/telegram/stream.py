@@ -26,9 +26,14 @@ from pingu.channels.telegram.render import MESSAGE_LIMIT, split_markdown
 log = structlog.get_logger("pingu.channels.telegram")
 
 EMPTY_ANSWER = "(The agent finished without a text answer.)"
-# Recorded as the answer's message id when its sendMessage may or may not have arrived
-# (DeliveryUncertain): Telegram's ids are positive, so 0 means "sent, id unknown".
+# Recorded as the answer's message id when the sendMessage of its final first chunk may
+# or may not have arrived (DeliveryUncertain, or cut off by a shutdown): Telegram's ids
+# are positive, so 0 means "the answer was sent, id unknown": it is never sent again.
 UNKNOWN_MESSAGE_ID = 0
+# Recorded when a *progress* message's sendMessage was uncertain: at most a prefix of the
+# answer may be in the chat, and it cannot be edited, so the final answer is still sent
+# once, as a new message.
+LOST_PROGRESS_MESSAGE_ID = -1
 # Progress shows only the first message of an answer: splitting this much of the text
 # is enough to know that first message (and whether more follow), however long the
 # answer grows. (Splitting all of a 2 MB answer at every flush blocked the event loop.)
@@ -77,9 +82,11 @@ class ReplyStreamer:
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
         self._edits = 0
-        # A progress message whose sendMessage was uncertain: it may show a part of the
-        # answer, but cannot be edited into the whole of it.
-        self._progress_lost = False
+        # The final answer's first chunk, once finish() knows it; and the text of a
+        # progress message whose send was uncertain. If they are the same, that message
+        # may show the answer's first chunk in full: it is then never sent again.
+        self._final_first: str | None = None
+        self._lost_progress: str | None = None
 
     @property
     def streamed_text(self) -> str:
@@ -104,14 +111,16 @@ class ReplyStreamer:
     async def finish(self, text: str) -> None:
         """Deliver the complete final text: the first chunk into the answer message, the
         rest as new messages. Raises TelegramError if Telegram will not take it."""
-        await self._stop_flusher()
         chunks = split_markdown(text) or [EMPTY_ANSWER]
-        first = chunks[0]
-        if self._state.message_id is None or self._progress_lost:
+        first = self._final_first = chunks[0]
+        await self._stop_flusher()
+        if self._state.message_id == LOST_PROGRESS_MESSAGE_ID and self._lost_progress == first:
+            await self._record_created(UNKNOWN_MESSAGE_ID)
+        if self._state.message_id in (None, LOST_PROGRESS_MESSAGE_ID):
             # (After a lost progress message the final text goes out once, anew: the
-            # answer itself was never sent, only possibly a prefix of it.)
-            self._progress_lost = False
-            await self._create(first)
+            # answer itself was never sent, only possibly a prefix of it. The state says
+            # so until this send succeeds or is uncertain, so a retry sends it too.)
+            await self._create(first, final=True)
         elif self._state.message_id == UNKNOWN_MESSAGE_ID:
             # Resumed after an uncertain send of this answer's first message: it may well
             # be in the chat already, and it cannot be edited. Never send it twice.
@@ -122,15 +131,21 @@ class ReplyStreamer:
             except BadRequest as exc:
                 # The message is gone (deleted by the user) or cannot be edited: send anew.
                 log.info("telegram.edit_failed_resend", error=self._sender.describe(exc))
-                await self._create(first)
+                await self._create(first, final=True)
         self._shown = first
         for index in range(max(1, self._state.chunks_sent), len(chunks)):
             try:
                 await self._sender.send(self._chat_id, chunks[index], thread_id=self._thread_id)
             except DeliveryUncertain:
                 pass  # counted as sent: a chunk possibly missing, never one twice
+            except asyncio.CancelledError:
+                # Cut off by a shutdown mid-request: it may be in the chat. Counted as
+                # sent, like DeliveryUncertain, before the cancellation goes on.
+                self._state.chunks_sent = index + 1
+                await record_shielded(self._on_chunks_sent(index + 1))
+                raise
             self._state.chunks_sent = index + 1
-            await self._on_chunks_sent(index + 1)
+            await record_shielded(self._on_chunks_sent(index + 1))
 
     async def finish_abandoned(self) -> None:
         """The turn will not end here (shutdown): stop showing progress, send nothing."""
@@ -139,7 +154,9 @@ class ReplyStreamer:
     def _must_wait(self) -> bool:
         return self._after is not None and not self._after.done()
 
-    async def _create(self, markdown: str) -> None:
+    async def _create(self, markdown: str, *, final: bool) -> None:
+        """Send the answer's first message: `final` for the answer's own first chunk,
+        not for a progress message (a prefix of the answer)."""
         if self._after is not None:
             # asyncio.wait, not await: cancelling this must not cancel the other answer's.
             await asyncio.wait([self._after])
@@ -150,10 +167,28 @@ class ReplyStreamer:
         except DeliveryUncertain:
             # Maybe in the chat, id unknown: recorded so that neither this process nor a
             # restarted one sends it again.
-            message_id = UNKNOWN_MESSAGE_ID
-        self._state.message_id = message_id
+            message_id = self._uncertain_id(markdown, final)
+            if not final:
+                self._lost_progress = markdown
+        except asyncio.CancelledError:
+            # A shutdown cut the request off: it may have reached Telegram all the same.
+            # Recorded as uncertain (whatever happens to this task meanwhile) before the
+            # cancellation goes on, or the next start would send the answer again.
+            await self._record_created(self._uncertain_id(markdown, final))
+            raise
         self._shown = markdown
-        await self._on_message_created(message_id)
+        await self._record_created(message_id)
+
+    def _uncertain_id(self, markdown: str, final: bool) -> int:
+        """What to record for a first message that may or may not be in the chat."""
+        if final or markdown == self._final_first:
+            return UNKNOWN_MESSAGE_ID  # (a progress message showing the whole first chunk)
+        return LOST_PROGRESS_MESSAGE_ID
+
+    async def _record_created(self, message_id: int) -> None:
+        # Shielded: a sent message whose id is not recorded would be sent again.
+        self._state.message_id = message_id
+        await record_shielded(self._on_message_created(message_id))
 
     async def _stop_flusher(self) -> None:
         # Never cancel a flush mid-request: a sendMessage cut short could create a
@@ -181,6 +216,9 @@ class ReplyStreamer:
             await self._flush()
 
     async def _flush(self) -> None:
+        if self._state.message_id is not None and self._state.message_id <= 0:
+            self._frozen = True  # an uncertain message (resumed): nothing to edit
+            return
         if self._state.message_id is None and self._must_wait():
             return  # the previous answer is not delivered yet: no progress before it
         window = self._text[:PROGRESS_WINDOW]
@@ -195,9 +233,8 @@ class ReplyStreamer:
             return
         try:
             if self._state.message_id is None:
-                await self._create(first)
-                if self._state.message_id == UNKNOWN_MESSAGE_ID:
-                    self._progress_lost = True
+                await self._create(first, final=False)
+                if self._state.message_id == LOST_PROGRESS_MESSAGE_ID:
                     self._frozen = True  # nothing left to edit
             elif await self._sender.edit(
                 self._chat_id, self._state.message_id, first, wait_out_flood=False
@@ -207,3 +244,17 @@ class ReplyStreamer:
         except TelegramError as exc:
             log.info("telegram.progress_skipped", error=self._sender.describe(exc))
         self._last_flush = time.monotonic()
+
+
+async def record_shielded(write: Awaitable[None]) -> None:
+    """Await a ledger write that must happen even if the awaiting task is cancelled
+    (close() cancelling a late delivery): the write goes on, and completes before the
+    task ends unless the task is cancelled a second time."""
+    task = asyncio.ensure_future(write)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # Cancelled again while writing: let the write finish, then go on cancelling.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(task)
+        raise

@@ -58,6 +58,10 @@ class Incoming:
         return self.chat_type in ("group", "supergroup")
 
 
+# json.loads pairs valid surrogates into one code point: any left in a str is lone.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def chat_key(chat_id: int, thread_id: int | None = None) -> str:
     if thread_id is not None:
         return f"telegram:{chat_id}:{thread_id}"
@@ -114,8 +118,9 @@ def parse_update(payload: dict[str, Any], *, bot_id: int, bot_username: str) -> 
     text = message.get("text")
     if not isinstance(text, str):
         text = message.get("caption")
-    if not isinstance(text, str):
-        text = None
+    # JSON allows a lone surrogate ("\ud800"); UTF-8 (SQLite, the model's API) does not:
+    # it becomes U+FFFD, as a lenient decoder would show it.
+    text = _LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else None
 
     command = _COMMAND.match(text.strip()) if text and text.lstrip().startswith("/") else None
     if command:
