@@ -355,7 +355,19 @@ async def test_cancel_while_the_model_streams_saves_a_cancelled_turn(agent_env: 
     with pytest.raises(asyncio.CancelledError):
         await task
     [turn] = await agent_env.turns("cli:test")
-    assert turn.status == "cancelled" and turn.items == []
+    assert turn.status == "cancelled"
+    # What the user saw is kept, so the next turn's model knows what it had said.
+    [kept] = turn.items
+    assert kept["role"] == "assistant" and kept["content"].startswith("a ")
+    assert "".join(e.text for e in seen.of("token")).startswith(kept["content"])
+    fake.queue(text("continuing"))
+    assert (await runtime.run_turn(ask("go on"), Recorder())).text == "continuing"
+    replayed = fake.requests[-1].body["input"]
+    assert replayed[-3:] == [
+        {"role": "user", "content": "talk"},
+        {"role": "assistant", "content": kept["content"]},
+        {"role": "user", "content": "go on"},
+    ]
 
 
 async def test_dispatcher_cancel_reaches_the_real_runtime(agent_env: AgentEnv) -> None:

@@ -103,10 +103,21 @@ class _Turn:
     text: str = ""
     started: float = field(default_factory=time.monotonic)
     usage_writes: list[asyncio.Task[None]] = field(default_factory=list)
+    # Text of the model call in flight; its items arrive only with the completed response.
+    streamed: list[str] = field(default_factory=list)
 
     def add_usage(self, usage: dict[str, int]) -> None:
         for key, value in usage.items():
             self.usage[key] = self.usage.get(key, 0) + int(value or 0)
+
+    def keep_streamed_text(self) -> None:
+        """A call cut off mid-answer: keep the text the user already saw, so the model's
+        next turn knows what it said (as an assistant message; no reasoning can dangle,
+        since output items only come with the completed response)."""
+        text = "".join(self.streamed)
+        self.streamed = []
+        if text:
+            self.items.append({"role": "assistant", "content": text})
 
     def close_open_calls(self, reason: str) -> None:
         """Give every function_call without an output one, in call order."""
@@ -218,6 +229,7 @@ class AgentRuntime:
                     turn.close_open_calls(limit.tool_output)
         except LLMError as exc:
             status, error, turn.text = FAILED, f"{exc.kind}: {exc.user_message}", exc.user_message
+            turn.keep_streamed_text()
             turn.close_open_calls("Not run: the model call failed.")
             await sink(TurnError(exc.user_message))
         except _TurnRefused as refusal:
@@ -228,6 +240,7 @@ class AgentRuntime:
             if turn.execution_id is None:
                 with contextlib.suppress(Exception):
                     _, _, turn.execution_id = await setup
+            turn.keep_streamed_text()
             turn.close_open_calls(CANCELLED_OUTPUT)
             # Save what happened even though we were cancelled, then let the cancel go on.
             await asyncio.shield(
@@ -355,6 +368,7 @@ class AgentRuntime:
         client = self._client(turn.llm)
         response: ModelResponse | None = None
         turn.model_calls += 1
+        turn.streamed = []
         retried = False
 
         async def on_retry(attempt: int, kind: str, delay_s: float) -> None:
@@ -376,10 +390,12 @@ class AgentRuntime:
                 if turn.execution_id is not None:
                     await self.db.executions.set_running(turn.execution_id)
             if isinstance(event, StreamText):
+                turn.streamed.append(event.text)
                 if forward_text and event.text:
                     await sink(TextDelta(event.text))
             elif isinstance(event, ModelResponse):
                 response = event
+                turn.streamed = []
         if response is None:
             raise LLMError("unavailable", "The model's answer ended early; try again.", True, None)
         usage = _usage_counts(response.usage)
