@@ -126,7 +126,7 @@ async def _run_one_turn(runtime: Any, request: TurnRequest) -> bool:
     handled = True
     try:
         loop.add_signal_handler(signal.SIGINT, task.cancel)
-    except (NotImplementedError, RuntimeError):
+    except RuntimeError:  # not the main thread: Ctrl-C keeps its default meaning
         handled = False
     ok = True
     try:
