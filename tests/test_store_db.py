@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pingu.store import Database, DuplicateTurnError, StoreError, UsageRecord, hash_api_key
+from pingu.llm.pricing import api_key_hash
+from pingu.store import Database, DuplicateTurnError, StoreError, UsageRecord
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ async def test_executions_lifecycle(db: Database) -> None:
 async def test_usage_totals(db: Database) -> None:
     day1 = int(datetime(2026, 1, 1, 12, tzinfo=UTC).timestamp() * 1000)
     day2 = int(datetime(2026, 1, 2, 12, tzinfo=UTC).timestamp() * 1000)
-    key_hash = hash_api_key("sk-secret")
+    key_hash = api_key_hash("sk-secret")
     records = [
         UsageRecord("openai", "gpt-a", 100, 10, cached_input_tokens=40, session_id="s:1",
                     agent_name="main", cost_estimate=0.5, api_key_hash=key_hash,

@@ -4,7 +4,7 @@ from pingu.store.db import Database
 from pingu.store.errors import DuplicateTurnError, MigrationError, StoreError
 from pingu.store.executions import ExecutionRow
 from pingu.store.inbound import InboundRow
-from pingu.store.usage import UsageRecord, UsageTotal, hash_api_key
+from pingu.store.usage import UsageRecord, UsageTotal
 
 __all__ = [
     "Database",
@@ -15,5 +15,4 @@ __all__ = [
     "StoreError",
     "UsageRecord",
     "UsageTotal",
-    "hash_api_key",
 ]

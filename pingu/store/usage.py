@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,11 +19,6 @@ _QUERIES: dict[str, str] = {
 }
 
 
-def hash_api_key(api_key: str) -> str:
-    """What the database keeps of an API key: its SHA-256, hex."""
-    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
-
-
 @dataclass(frozen=True)
 class UsageRecord:
     """The tokens of one model call."""
@@ -40,7 +34,7 @@ class UsageRecord:
     session_id: str | None = None
     agent_name: str | None = None
     execution_id: str | None = None
-    api_key_hash: str | None = None  # hash_api_key(key), never the key
+    api_key_hash: str | None = None  # pingu.llm.pricing.api_key_hash(key), never the key
     created_at: int | None = None  # Unix ms; None: now
 
 
