@@ -32,37 +32,16 @@ sys.path.insert(0, str(ROOT))
 
 from pingu.history.items import encode_turn  # noqa: E402
 from pingu.store import Database  # noqa: E402
+from tests.corpus import CORPUS, recorded_output  # noqa: E402
 
-CORPUS_CANDIDATES = (
-    ROOT.parent / "shared" / "corpus" / "openai-responses",
-    Path("/work/shared/corpus/openai-responses"),
-)
 CHECKPOINTS = (100, 1_000, 10_000)
 SESSION = "telegram:648079060"
 
 
 def _corpus_dir() -> Path:
-    for candidate in CORPUS_CANDIDATES:
-        if candidate.is_dir():
-            return candidate
-    raise SystemExit("corpus not found: " + ", ".join(map(str, CORPUS_CANDIDATES)))
-
-
-def _sse_output(text: str) -> list[dict]:
-    done: list[tuple[int, dict]] = []
-    final: list[dict] = []
-    for line in text.splitlines():
-        if not line.startswith("data:"):
-            continue
-        try:
-            event = json.loads(line[5:].strip())
-        except ValueError:
-            continue
-        if event.get("type") == "response.output_item.done":
-            done.append((event.get("output_index", len(done)), event["item"]))
-        elif event.get("type") == "response.completed":
-            final = event["response"].get("output") or []
-    return [item for _, item in sorted(done, key=lambda p: p[0])] or final
+    if not CORPUS.is_dir():
+        raise SystemExit(f"corpus not found: {CORPUS}")
+    return CORPUS
 
 
 def _user_text(request: dict) -> str:
@@ -86,7 +65,7 @@ def corpus_turns() -> list[tuple[str, list[dict]]]:
             if interaction["status"] != 200:
                 continue
             response = interaction["response"]
-            output = _sse_output(response) if isinstance(response, str) else response.get("output")
+            output = recorded_output(response)
             if not output:
                 continue
             items: list[dict] = []

@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.corpus import CORPUS
 from tests.fakes.openai_schema import check_input_item
 from tests.fakes.responses_api import (
     FakeResponsesAPI,
@@ -24,8 +25,6 @@ from tests.fakes.responses_api import (
     text,
     usage,
 )
-
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "openai-responses"
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
 

@@ -19,11 +19,8 @@ import pytest
 
 from pingu.history.items import output_to_input
 from pingu.store import Database
+from tests.corpus import CORPUS, recorded_output
 from tests.fakes.openai_schema import check_input_item
-
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "openai-responses"
-if not CORPUS.is_dir():  # the checkout may sit elsewhere; the corpus is next to /work/main
-    CORPUS = Path("/work/shared/corpus/openai-responses")
 
 # Conversations whose follow-up requests do not replay the previous output, so there is
 # nothing to compare: the server keeps the history (previous_response_id, conversation)
@@ -44,32 +41,6 @@ NOT_REPLAYED = {
     # the follow-up is refused (400), then sent again with the reasoning rewritten as text
     "pydantic-ai__test_openai_responses_thinking_with_modified_history.json",
 }
-
-
-def _sse_output(text: str) -> list[dict]:
-    """The output items of a recorded SSE stream, as `response.output_item.done` gave them
-    (what pingu.llm stores; the encrypted reasoning of `response.completed` may differ)."""
-    final: list[dict] = []
-    done: list[tuple[int, dict]] = []
-    for line in text.splitlines():
-        if not line.startswith("data:"):
-            continue
-        try:
-            event = json.loads(line[5:].strip())
-        except ValueError:
-            continue
-        kind = event.get("type")
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
-            final = event["response"].get("output") or []
-        elif kind == "response.output_item.done":
-            done.append((event.get("output_index", len(done)), event["item"]))
-    return [item for _, item in sorted(done, key=lambda pair: pair[0])] or final
-
-
-def _output(response: Any) -> list[dict]:
-    if isinstance(response, str):
-        return _sse_output(response)
-    return list(response.get("output") or [])
 
 
 def _multi_interaction_files() -> list[str]:
@@ -192,7 +163,7 @@ async def test_rebuilt_history_matches_what_the_api_accepted(name: str, tmp_path
             continue  # the API refused that request: not ground truth
         accepted = interactions[k + 1]["request"]["input"]
         expected = [i for i in accepted if not _ignorable(i)]
-        outputs = [_output(interactions[j]["response"]) for j in range(k + 1)]
+        outputs = [recorded_output(interactions[j]["response"]) for j in range(k + 1)]
         turns, dropped = _turns_for(expected, outputs)
         # the follow-up user message has no items yet: it is the next request's own input
         if turns and not turns[-1].items and _is_message(expected[-1], "user"):
@@ -231,7 +202,7 @@ async def test_conversations_without_replay_still_rebuild_valid_items(
     try:
         stored_items: list[dict] = []
         for k, interaction in enumerate(interactions):
-            items = _output(interaction["response"]) if interaction["status"] == 200 else []
+            items = recorded_output(interaction["response"]) if interaction["status"] == 200 else []
             await db.history.save_turn("corpus:1", f"message {k}", items, model="m")
             stored_items.extend(items)
         rebuilt = await db.history.load_input_history("corpus:1")
