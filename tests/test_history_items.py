@@ -10,8 +10,8 @@ import pytest
 from openai.types.responses import response_input_item_param
 
 from pingu.history.items import INPUT_ITEM_KEYS, decode_turn, output_to_input, turn_input_items
+from tests.corpus import CORPUS, recorded_output
 from tests.fakes.openai_schema import check_input_item
-from tests.test_history_corpus import CORPUS, _output
 
 
 def _sdk_input_keys() -> dict[str, set[str]]:
@@ -36,7 +36,7 @@ def _all_output_items() -> list[tuple[str, dict]]:
     for path in sorted(CORPUS.glob("*.json")):
         for k, interaction in enumerate(json.loads(path.read_text())["interactions"]):
             if interaction["status"] == 200:
-                for item in _output(interaction["response"]):
+                for item in recorded_output(interaction["response"]):
                     found.append((f"{path.stem}#{k}", item))
     return found
 
